@@ -1,0 +1,184 @@
+package algorithms
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// LocalOptions configures NewLocal. A nil *LocalOptions means defaults.
+type LocalOptions struct {
+	// Clock returns the current time. Default time.Now. Tests and
+	// simulations pass a fake clock; decisions depend only on its
+	// readings.
+	Clock func() time.Time
+}
+
+// Local is an in-process Limiter: the reference model of each algorithm, a
+// fallback when Redis is out of reach, and the default of the embedded
+// setup. Its state lives in a map whose entries expire when they become
+// equivalent to an empty key, exactly as the Redis keys do, so memory stays
+// proportional to the keys active within one period. If its clock steps
+// back, it decides at the latest time an AllowN has seen. Safe for
+// concurrent use.
+type Local struct {
+	p      Policy
+	c      params
+	clock  func() time.Time
+	mu     sync.Mutex
+	keys   map[string]*localEntry
+	last   int64 // the latest time (µs) of a consuming call
+	sweep  int64 // the next time (µs) to drop expired entries
+	sweepN int   // the map size that triggers an early sweep
+}
+
+type localEntry struct {
+	state   any   // fwState, []int64, scState, tbState or gcraState
+	expires int64 // µs; the entry is gone at or after this time
+}
+
+// NewLocal returns an in-process limiter for p, or an error wrapping
+// ErrInvalidPolicy that names the wrong field.
+func NewLocal(p Policy, opts *LocalOptions) (*Local, error) {
+	c, err := compile(p)
+	if err != nil {
+		return nil, err
+	}
+	l := &Local{p: p, c: c, clock: time.Now, keys: make(map[string]*localEntry), sweepN: 1024}
+	if opts != nil && opts.Clock != nil {
+		l.clock = opts.Clock
+	}
+	return l, nil
+}
+
+// Policy returns the policy l enforces.
+func (l *Local) Policy() Policy { return l.p }
+
+// AllowN admits n units for key, or refuses them without consuming.
+func (l *Local) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, n, true)
+}
+
+// PeekN reports what AllowN would decide now, without consuming.
+func (l *Local) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.do(ctx, key, n, false)
+}
+
+// Reset forgets key.
+func (l *Local) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return ErrInvalidKey
+	}
+	l.mu.Lock()
+	delete(l.keys, key)
+	l.mu.Unlock()
+	return nil
+}
+
+// Len returns the number of keys held, expired ones included until the next
+// sweep. For tests and metrics.
+func (l *Local) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
+
+func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if key == "" {
+		return Decision{}, ErrInvalidKey
+	}
+	if err := l.c.checkCost(n); err != nil {
+		return Decision{}, err
+	}
+	now := l.clock().UnixMicro()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The clock may step back (NTP, a test): decide at the latest time a
+	// consuming call has seen, so that nothing is admitted twice.
+	if now < l.last {
+		now = l.last
+	}
+	if consume {
+		l.last = now
+		l.maybeSweep(now)
+	}
+	e := l.keys[key]
+	var state any
+	if e != nil && now < e.expires {
+		state = e.state
+	}
+	res, next, ttl, write := l.c.eval(state, now, n, consume)
+	if write {
+		if next == nil {
+			delete(l.keys, key)
+		} else {
+			if e == nil {
+				e = &localEntry{}
+				l.keys[key] = e
+			}
+			e.state, e.expires = next, now+ttlMillis(ttl)*1000
+		}
+	}
+	return res.decision(l.c.capacity), nil
+}
+
+// maybeSweep drops expired entries once a second, or sooner when the map
+// has doubled since the last sweep. Callers hold l.mu.
+func (l *Local) maybeSweep(now int64) {
+	if now < l.sweep && len(l.keys) < l.sweepN {
+		return
+	}
+	for k, e := range l.keys {
+		if now >= e.expires {
+			delete(l.keys, k)
+		}
+	}
+	l.sweep = now + int64(time.Second/time.Microsecond)
+	l.sweepN = 2 * len(l.keys)
+	if l.sweepN < 1024 {
+		l.sweepN = 1024
+	}
+}
+
+// eval runs the model of c's algorithm on state (nil: no state). next is
+// nil when the key should be deleted.
+func (c *params) eval(state any, now, n int64, consume bool) (res result, next any, ttl int64, write bool) {
+	switch c.alg {
+	case FixedWindow:
+		st, ok := state.(fwState)
+		s := c.fixedWindow(st, ok, now, n, consume)
+		return s.res, s.next, s.ttl, s.write
+	case SlidingWindowLog:
+		st, _ := state.([]int64)
+		s := c.slidingLog(st, now, n, consume)
+		if s.write && len(s.next) == 0 {
+			return s.res, nil, 0, true
+		}
+		return s.res, s.next, s.ttl, s.write
+	case SlidingWindowCounter:
+		st, ok := state.(scState)
+		s := c.slidingCounter(st, ok, now, n, consume)
+		return s.res, s.next, s.ttl, s.write
+	case TokenBucket:
+		st, ok := state.(tbState)
+		s := c.tokenBucket(st, ok, now, n, consume)
+		return s.res, s.next, s.ttl, s.write
+	default: // GCRA; compile admits nothing else
+		st, ok := state.(gcraState)
+		s := c.gcra(st, ok, now, n, consume)
+		return s.res, s.next, s.ttl, s.write
+	}
+}
+
+func (r result) decision(limit int64) Decision {
+	return Decision{
+		Allowed:    r.allowed,
+		Limit:      limit,
+		Remaining:  r.remaining,
+		ResetAfter: time.Duration(r.reset) * time.Microsecond,
+		RetryAfter: time.Duration(r.retry) * time.Microsecond,
+	}
+}

@@ -1,0 +1,90 @@
+package algorithms
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestKeysAlwaysHaveTTL: on the server's own clock, every key written has
+// a TTL, and the TTL is no longer than the time until its state is
+// equivalent to no state.
+func TestKeysAlwaysHaveTTL(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg target) {
+		if tg.client == nil {
+			t.Skip("no Redis keys in process")
+		}
+		for _, alg := range Algorithms {
+			t.Run(string(alg), func(t *testing.T) {
+				client := tg.client(t)
+				p := Policy{Algorithm: alg, Limit: 5, Period: 700 * ms}
+				l := tg.new(t, p, nil).(*Redis)
+				ctx := context.Background()
+				for _, key := range []string{"a", "b", "a{", "}"} {
+					for i := 0; i < 3; i++ {
+						d, err := l.AllowN(ctx, key, 2)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if i < 2 && !d.Allowed {
+							t.Fatalf("call %d refused: %+v", i, d)
+						}
+					}
+					k, _ := l.Key(key)
+					ttl, err := client.PTTL(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Windows live to the end of their window (the
+					// sliding counter to the end of the next); buckets
+					// until they are full again.
+					most := 2 * p.Period
+					if ttl <= 0 || ttl > most+ms {
+						t.Fatalf("key %q has TTL %v; want (0, %v]", k, ttl, most)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestDecidedOnServerClock: with no Clock option, decisions follow the
+// Redis server's TIME, not the host's clock. miniredis lets the test set
+// the server's time far from the host's.
+func TestDecidedOnServerClock(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	server := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC) // years from the host's clock
+	m.SetTime(server)
+	for _, alg := range Algorithms {
+		l, err := NewRedis(client, Policy{Algorithm: alg, Limit: 1, Period: time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		m.SetTime(server)
+		if d, _ := l.AllowN(ctx, "k", 1); !d.Allowed {
+			t.Fatalf("%s: first call refused", alg)
+		}
+		// The sliding counter weighs the full window after this one.
+		wait := time.Second
+		if alg == SlidingWindowCounter {
+			wait = 2 * time.Second
+		}
+		if d, _ := l.AllowN(ctx, "k", 1); d.Allowed || d.RetryAfter != wait {
+			t.Fatalf("%s: second call at the same server time: %+v; want a %v wait", alg, d, wait)
+		}
+		m.SetTime(server.Add(wait - us))
+		if d, _ := l.AllowN(ctx, "k", 1); d.Allowed {
+			t.Fatalf("%s: admitted a server microsecond early", alg)
+		}
+		m.SetTime(server.Add(wait))
+		if d, _ := l.AllowN(ctx, "k", 1); !d.Allowed {
+			t.Fatalf("%s: refused %v of server time later", alg, wait)
+		}
+	}
+}

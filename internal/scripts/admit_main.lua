@@ -1,0 +1,11 @@
+-- Admission by one algorithm: this file follows prelude.lua and one
+-- algorithm's file, which defines admit().
+-- KEYS[1]  the limited key's state (its shape depends on the algorithm)
+-- ARGV     1 limit, 2 period (µs), 3 capacity (Burst or Limit), 4 rl, 5 pr
+--          (the rate limit/period in lowest terms: rl units per pr µs),
+--          6 cost, 7 "1" to consume or "0" to peek, 8 now in µs or "" for
+--          the server's TIME
+-- Returns  {allowed (1/0), remaining, reset after (µs), retry after (µs)}
+local now, pad = clock(ARGV[8])
+return admit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
+  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1', now, pad)

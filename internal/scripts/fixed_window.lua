@@ -1,0 +1,30 @@
+-- Fixed window admission.
+-- admit()   defined here, called by admit_main.lua or queue_enqueue.lua:
+--           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
+--           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
+--           after µs, retry after µs}
+-- State     a hash: w = window index (now / period), c = units admitted in it
+local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
+  local w = math.floor(now / period)
+  local count = 0
+  local st = redis.call('HMGET', key, 'w', 'c')
+  if st[1] then
+    local sw = tonumber(st[1])
+    if sw == w then
+      count = tonumber(st[2])
+    elseif sw > w then -- the clock went back: stay in the stored window
+      w, count = sw, tonumber(st[2])
+    end
+  end
+  local stop = (w + 1) * period
+  local allowed = count + n <= limit
+  if allowed and consume then
+    count = count + n
+    redis.call('HSET', key, 'w', int(w), 'c', int(count))
+    redis.call('PEXPIRE', key, ttl(stop - now) + pad)
+  end
+  local reset, retry = 0, 0
+  if count > 0 then reset = stop - now end
+  if not allowed then retry = stop - now end
+  return {allowed and 1 or 0, limit - count, reset, retry}
+end

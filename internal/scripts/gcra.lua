@@ -1,0 +1,32 @@
+-- GCRA admission (the leaky bucket as a meter), in exact integer
+-- arithmetic: the theoretical arrival time is TAT = a + f/rl µs with
+-- 0 <= f < rl, and one unit's emission interval is pr/rl µs.
+-- admit()   defined here, called by admit_main.lua or queue_enqueue.lua:
+--           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
+--           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
+--           after µs, retry after µs}
+-- State     a hash: a, f as above
+local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
+  local full = capacity * pr -- the burst tolerance, in 1/rl µs
+  local at, frac = now, 0
+  local st = redis.call('HMGET', key, 'a', 'f')
+  if st[1] then
+    local a = tonumber(st[1])
+    if a >= now then at, frac = a, tonumber(st[2]) end
+  end
+  local level = (at - now) * rl + frac -- TAT - now, in 1/rl µs
+  local inc = n * pr
+  local allowed = level + inc <= full
+  if allowed and consume then
+    local f = frac + inc
+    at = at + math.floor(f / rl)
+    frac = f % rl
+    level = level + inc
+    redis.call('HSET', key, 'a', int(at), 'f', int(frac))
+    redis.call('PEXPIRE', key, ttl(math.ceil(level / rl)) + pad)
+  end
+  local retry = 0
+  if not allowed then retry = math.ceil((level + inc - full) / rl) end
+  -- level exceeds full only if the clock stepped back
+  return {allowed and 1 or 0, math.floor(math.max(full - level, 0) / pr), math.ceil(level / rl), retry}
+end

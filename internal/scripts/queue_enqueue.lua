@@ -1,0 +1,35 @@
+-- Admit a job by its tenant's policy and add it to the tenant's list of the
+-- waiting room, against the queue's exact bound: one atomic step, so that
+-- concurrent producers can never push the queue past its bound, and a job
+-- refused for a full queue consumes no admission.
+-- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
+-- this file. Every key carries the queue's hash tag.
+-- KEYS     1 meta hash (depth: jobs waiting or handed to asynq but not
+--          started), 2 per-tenant depth hash, 3 ring of tenants with work,
+--          4 set of tenants in the ring or asleep, 5 weights hash,
+--          6 the tenant's list, 7 the tenant's admission state
+-- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
+--          4 weight, 5 the job's envelope, 6..13 admit()'s arguments as in
+--          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
+--          now or "")
+-- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
+--          {1, depth, bound, 0, 0} queue full
+--          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
+--          {3, remaining, reset µs, retry µs, 0} refused by admission
+local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
+if depth >= bound then return {1, depth, bound, 0, 0} end
+local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
+if tbound > 0 and tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+local now, pad = clock(ARGV[13])
+local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
+  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
+if d[1] == 0 then return {3, d[2], d[3], d[4], 0} end
+redis.call('RPUSH', KEYS[6], ARGV[5])
+if redis.call('SADD', KEYS[4], tenant) == 1 then
+  redis.call('RPUSH', KEYS[3], tenant)
+end
+redis.call('HSET', KEYS[5], tenant, ARGV[4])
+redis.call('HINCRBY', KEYS[1], 'depth', 1)
+redis.call('HINCRBY', KEYS[2], tenant, 1)
+return {0, depth + 1, d[2], d[3], 0}

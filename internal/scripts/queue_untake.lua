@@ -1,0 +1,32 @@
+-- Put a handed-over job back at the head of its tenant's list: asynq never
+-- got it (the hand-over failed, or the dispatcher died), or its handler was
+-- throttled before it started. Optionally the tenant sleeps until a time.
+-- KEYS     1 the tenant's list, 2 handed-over jobs, 3 handed-over
+--          envelopes, 4 ring, 5 set of tenants in the ring or asleep,
+--          6 sleeping tenants
+-- ARGV     1 job id, 2 the envelope to put back, 3 tenant (encoded),
+--          4 sleep (µs, 0: none), 5 now in µs or "" for TIME
+-- Uses     prelude.lua (int, clock)
+-- Returns  1 put back, 0 the job was not handed over (already started or
+--          put back)
+local now = clock(ARGV[5])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('LPUSH', KEYS[1], ARGV[2])
+local sleep = tonumber(ARGV[4])
+if redis.call('SADD', KEYS[5], ARGV[3]) == 1 then
+  if sleep > 0 then
+    redis.call('ZADD', KEYS[6], int(now + sleep), ARGV[3])
+  else
+    redis.call('RPUSH', KEYS[4], ARGV[3])
+  end
+elseif sleep > 0 then
+  -- In the ring already: move it to the sleepers (it is near the tail,
+  -- where LREM with a negative count starts).
+  if redis.call('LREM', KEYS[4], -1, ARGV[3]) == 1 then
+    redis.call('ZADD', KEYS[6], int(now + sleep), ARGV[3])
+  else
+    redis.call('ZADD', KEYS[6], 'GT', int(now + sleep), ARGV[3])
+  end
+end
+return 1

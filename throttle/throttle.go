@@ -1,0 +1,464 @@
+// Package throttle paces outbound calls across a whole fleet of workers.
+//
+// A Throttle shares one bucket per key in Redis. A caller reserves the next
+// slot of the bucket and sleeps until it (GCRA, the leaky bucket as a
+// queue), so that calls leave every worker on every host evenly spaced at
+// the key's rate; a slot further away than the Limit's MaxWait is not
+// taken, and the caller learns when to come back. A Burst above 1 gives
+// token-bucket behaviour for APIs that allow bursts. Calls may cost more
+// than one unit, for APIs that charge points per call.
+//
+// The three verbs follow golang.org/x/time/rate: Allow takes a slot only if
+// it is due now, Reserve books the next one and says how long to wait, and
+// Wait books and sleeps. Pause stops the whole fleet calling a key until a
+// time (a 429 with Retry-After); calls resume one interval apart, not all
+// at once. Acquire leases one of a fixed number of concurrency slots, for
+// APIs that cap parallel calls; a dead worker's lease runs out by itself.
+//
+// Every decision is taken by one Lua script on the Redis server's clock;
+// workers only sleep for the durations the server returns, so hosts whose
+// clocks disagree still space their calls correctly.
+//
+// When Redis cannot be reached, a Throttle fails closed by default: no
+// slot, an error wrapping ErrUnavailable, and the caller retries later.
+// Options.Fallback instead paces each key in process at a share of its
+// rate. docs/throttle.md has the details and the measured figures.
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/keyspace"
+	"github.com/sluicehq/sluice/internal/ratio"
+	"github.com/sluicehq/sluice/internal/scripts"
+)
+
+// Defaults.
+const (
+	// DefaultPrefix starts every key a Throttle writes.
+	DefaultPrefix = "sluice:th"
+	// DefaultMaxWait is the longest a reserved slot may be away when
+	// Limit.MaxWait is zero.
+	DefaultMaxWait = 10 * time.Second
+)
+
+// Limit is the pace of one throttle key: Rate units per Per, with bursts
+// of up to Burst units.
+type Limit struct {
+	// Name labels the key's metrics. Keep it to a bounded set, such as
+	// the downstream's name; never a tenant id. Default "default".
+	Name string
+	// Rate units are allowed per Per. Required.
+	Rate int64
+	// Per is the period of Rate; default one second.
+	Per time.Duration
+	// Burst is how many units may start at once after an idle spell. The
+	// default, 1, spaces every call evenly (the leaky bucket); larger
+	// values behave as a token bucket of that size.
+	Burst int64
+	// MaxWait is the furthest a slot may be: a call whose slot would be
+	// later is not given one. Default DefaultMaxWait; negative means only
+	// a slot that is due now.
+	MaxWait time.Duration
+}
+
+// PerSecond returns a Limit of n evenly spaced units per second.
+func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
+
+// compiled is a validated Limit in the units of the scripts.
+type compiled struct {
+	name    string
+	rl, pr  int64 // rate in lowest terms: rl units per pr µs
+	burst   int64
+	maxWait int64 // µs
+	args    [3]string
+}
+
+func (l Limit) compile() (compiled, error) {
+	per := l.Per
+	if per == 0 {
+		per = time.Second
+	}
+	burst := l.Burst
+	if burst == 0 {
+		burst = 1
+	}
+	p := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: per, Burst: burst}
+	if err := p.Validate(); err != nil {
+		return compiled{}, err
+	}
+	c := compiled{name: l.Name, burst: burst}
+	c.rl, c.pr = ratio.Reduce(l.Rate, int64(per/time.Microsecond))
+	if c.name == "" {
+		c.name = "default"
+	}
+	switch {
+	case l.MaxWait == 0:
+		c.maxWait = int64(DefaultMaxWait / time.Microsecond)
+	case l.MaxWait > 0:
+		c.maxWait = int64(l.MaxWait / time.Microsecond)
+	}
+	c.args = [3]string{strconv.FormatInt(c.rl, 10), strconv.FormatInt(c.pr, 10), strconv.FormatInt(c.burst, 10)}
+	return c, nil
+}
+
+// Errors. Errors with details wrap these; test with errors.Is and errors.As.
+var (
+	// ErrUnavailable: Redis could not be reached and no fallback is
+	// configured. No slot was taken; retry later.
+	ErrUnavailable = errors.New("sluice: throttle unavailable: redis unreachable")
+	// ErrTooFar is wrapped by *TooFarError.
+	ErrTooFar = errors.New("sluice: next slot is further away than the allowed wait")
+	// ErrBusy is wrapped by *BusyError.
+	ErrBusy = errors.New("sluice: all concurrency slots are leased")
+)
+
+// TooFarError is returned by Wait when the key's next slot is further away
+// than the Limit's MaxWait (a backlog, or a pause).
+type TooFarError struct {
+	Key        string
+	RetryAfter time.Duration // when a slot within MaxWait may be had
+	Paused     time.Duration // the part of the wait due to a pause, if any
+}
+
+func (e *TooFarError) Error() string {
+	return fmt.Sprintf("%v: key %q, retry after %v", ErrTooFar, e.Key, e.RetryAfter)
+}
+
+// Unwrap returns ErrTooFar.
+func (e *TooFarError) Unwrap() error { return ErrTooFar }
+
+// Options configures New. A nil *Options means defaults.
+type Options struct {
+	// Prefix starts every key name; default DefaultPrefix.
+	Prefix string
+	// Fallback, between 0 and 1, is the share of each key's rate that a
+	// process paces by itself while Redis is unreachable. Zero (the
+	// default) fails closed: no slot without Redis. With N processes a
+	// share of at most 1/N keeps the fleet inside the quota.
+	Fallback float64
+	// Metrics receives the throttle's counters; nil for none.
+	Metrics *Metrics
+	// Logger receives fallback transitions and pause announcements;
+	// default slog.Default().
+	Logger *slog.Logger
+	// Clock, when set, replaces the Redis server's clock in the scripts.
+	// Only for tests and simulations.
+	Clock func() time.Time
+	// Subscribe, when true, listens for pauses set by other processes
+	// (Redis pub/sub) and wakes this process's waiters at once, so that a
+	// slot booked before a pause is not used during it. Default off in the
+	// library; cmd/worker turns it on.
+	Subscribe bool
+}
+
+// Throttle paces calls per key across every process that shares its
+// Redis. Safe for concurrent use; create one per process and Close it.
+type Throttle struct {
+	client   redis.UniversalClient
+	prefix   string
+	metrics  *Metrics
+	log      *slog.Logger
+	clock    func() time.Time
+	fallback float64
+	local    *localBuckets
+	pauses   *pauseBoard
+	hostNow  func() time.Time // the host's clock: only for local deadlines
+	stop     func()
+	wg       sync.WaitGroup
+}
+
+// New returns a Throttle on client (a *redis.Client, *redis.ClusterClient
+// or any redis.UniversalClient).
+func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
+	if client == nil {
+		return nil, errors.New("sluice: throttle.New: nil client")
+	}
+	t := &Throttle{client: client, prefix: DefaultPrefix, log: slog.Default(), hostNow: time.Now}
+	if opts != nil {
+		if opts.Prefix != "" {
+			t.prefix = opts.Prefix
+		}
+		if opts.Fallback < 0 || opts.Fallback > 1 {
+			return nil, fmt.Errorf("sluice: throttle: Fallback must be between 0 and 1, got %v", opts.Fallback)
+		}
+		t.fallback = opts.Fallback
+		t.metrics = opts.Metrics
+		if opts.Logger != nil {
+			t.log = opts.Logger
+		}
+		t.clock = opts.Clock
+	}
+	t.local = newLocalBuckets(t.fallback)
+	t.pauses = newPauseBoard()
+	t.stop = func() {}
+	if opts != nil && opts.Subscribe {
+		t.subscribe()
+	}
+	return t, nil
+}
+
+// Close stops listening for pauses. It does not close the Redis client.
+func (t *Throttle) Close() error {
+	t.stop()
+	t.wg.Wait()
+	return nil
+}
+
+func (t *Throttle) rateKey(key string) (string, error) {
+	if key == "" {
+		return "", algorithms.ErrInvalidKey
+	}
+	return keyspace.Key(t.prefix, "rate", key)
+}
+
+func (t *Throttle) now() string {
+	if t.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(t.clock().UnixMicro(), 10)
+}
+
+// unreachable reports whether err means Redis could not be asked (as
+// opposed to Redis answering with an error).
+func unreachable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var re redis.Error
+	return !errors.As(err, &re)
+}
+
+// Reservation is a slot booked by Reserve, or the reason none was.
+type Reservation struct {
+	// OK reports whether a slot was booked.
+	OK bool
+	// Delay is how long from the reservation until the slot: sleep this
+	// long, then call. Zero when the slot is due now.
+	Delay time.Duration
+	// RetryAfter, when !OK, is how long until a slot within MaxWait may be
+	// had, if nobody else books one first.
+	RetryAfter time.Duration
+	// Paused is how much longer the key is paused, at the time of the
+	// reservation.
+	Paused time.Duration
+	// Local reports that Redis was unreachable and the slot was booked by
+	// the in-process fallback.
+	Local bool
+
+	key     string
+	n       int64
+	a, f    int64 // the bucket's TAT after this reservation, to cancel it
+	booked  time.Time
+	compile compiled
+}
+
+// Reserve books the next slot for n units of key and returns it without
+// waiting. The caller must sleep Delay before calling, or Cancel the
+// reservation. A slot further away than lim.MaxWait is not booked.
+func (t *Throttle) Reserve(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
+	return t.reserve(ctx, key, lim, n, true)
+}
+
+// Peek reports what Reserve would book now, without booking.
+func (t *Throttle) Peek(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
+	return t.reserve(ctx, key, lim, n, false)
+}
+
+// Allow books a slot only if it is due now.
+func (t *Throttle) Allow(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
+	lim.MaxWait = -1
+	return t.reserve(ctx, key, lim, n, true)
+}
+
+func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, book bool) (Reservation, error) {
+	c, err := lim.compile()
+	if err != nil {
+		return Reservation{}, err
+	}
+	if n < 1 || n > c.burst {
+		return Reservation{}, fmt.Errorf("%w: cost %d with burst %d", algorithms.ErrCostExceedsCapacity, n, c.burst)
+	}
+	k, err := t.rateKey(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	flag := "0"
+	if book {
+		flag = "1"
+	}
+	started := t.hostNow()
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k},
+		c.args[0], c.args[1], c.args[2], n, c.maxWait, flag, t.now()).Int64Slice()
+	if err != nil {
+		if unreachable(err) && t.fallback > 0 {
+			now := t.hostNow() // the local delay counts from now, not from before the failed call
+			r := t.local.reserve(key, c, n, book, now)
+			r.key, r.n, r.booked, r.compile = key, n, now, c
+			t.metrics.reserved(c.name, r, true)
+			return r, nil
+		}
+		t.metrics.failed(c.name)
+		if unreachable(err) {
+			return Reservation{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return Reservation{}, fmt.Errorf("sluice: throttle reserve: %w", err)
+	}
+	if len(v) != 6 {
+		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
+	}
+	r := Reservation{
+		OK:     v[0] == 1,
+		Delay:  time.Duration(v[1]) * time.Microsecond,
+		Paused: time.Duration(v[3]) * time.Microsecond,
+		key:    key, n: n, a: v[4], f: v[5], booked: started, compile: c,
+	}
+	if !r.OK {
+		r.Delay = 0
+		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
+	}
+	if book {
+		t.metrics.reserved(c.name, r, false)
+	}
+	return r, nil
+}
+
+// Cancel gives back a reservation that will not be used. It succeeds only
+// while no later reservation has been made on the key (otherwise the slot
+// stays spent, a gap in the pace); it reports whether the slot came back.
+func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
+	if !r.OK || r.Local || r.key == "" {
+		return false, nil
+	}
+	k, err := t.rateKey(r.key)
+	if err != nil {
+		return false, err
+	}
+	c := r.compile
+	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k},
+		c.args[0], c.args[1], r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10)).Int()
+	if err != nil {
+		return false, fmt.Errorf("sluice: throttle cancel: %w", err)
+	}
+	return ok == 1, nil
+}
+
+// Wait books the next slot for n units of key and sleeps until it. If the
+// slot is further away than lim.MaxWait it returns a *TooFarError at once.
+// If ctx ends first, the reservation is cancelled (when it can be) and
+// ctx's error returned. A pause announced while it sleeps voids a slot that
+// falls inside the pause; Wait then books again.
+func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
+	for {
+		r, err := t.Reserve(ctx, key, lim, n)
+		if err != nil {
+			return r, err
+		}
+		if !r.OK {
+			return r, &TooFarError{Key: key, RetryAfter: r.RetryAfter, Paused: r.Paused}
+		}
+		ok, err := t.await(ctx, r)
+		if err != nil {
+			return r, err
+		}
+		if ok {
+			return r, nil
+		}
+		// The slot fell inside a pause announced while we slept: book again.
+	}
+}
+
+// await sleeps until r's slot. It reports false if a pause announced in
+// the meantime covers the slot (the slot must not be used), and ctx's
+// error, after cancelling r, if ctx ends first.
+func (t *Throttle) await(ctx context.Context, r Reservation) (bool, error) {
+	due := r.booked.Add(r.Delay)
+	if !t.sleepUntil(ctx, r.key, due) {
+		if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
+			t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+		}
+		return false, ctx.Err()
+	}
+	if until, ok := t.pauses.untilFor(r.key); ok && until.After(due) && until.After(t.hostNow()) {
+		return false, nil
+	}
+	t.metrics.waited(r.compile.name, t.hostNow().Sub(r.booked))
+	return true, nil
+}
+
+// sleepUntil sleeps until due, waking early if a pause for key is
+// announced that covers due. It reports false if ctx ended first.
+func (t *Throttle) sleepUntil(ctx context.Context, key string, due time.Time) bool {
+	for {
+		d := due.Sub(t.hostNow())
+		if d <= 0 {
+			return true
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-timer.C:
+			return true
+		case <-t.pauses.signal():
+			timer.Stop()
+			if until, ok := t.pauses.untilFor(key); ok && until.After(due) {
+				return true // void: Wait books again
+			}
+		}
+	}
+}
+
+// Pause stops every worker from starting a call on key for d (a 429 or
+// 503 with Retry-After). A longer pause already set is kept. When it ends,
+// calls resume at lim's pace, one interval apart. The pause is announced
+// to this process's waiters at once, and to other processes' through Redis
+// pub/sub when they subscribe.
+func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
+	c, err := lim.compile()
+	if err != nil {
+		return 0, err
+	}
+	k, err := t.rateKey(key)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 {
+		return 0, nil
+	}
+	us := int64((d + time.Microsecond - 1) / time.Microsecond)
+	left, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now()).Int64()
+	if err != nil {
+		if unreachable(err) {
+			// Nobody can take a slot from Redis now anyway; pause what
+			// this process controls.
+			t.local.pause(key, c, t.hostNow().Add(d))
+			t.pauses.set(key, t.hostNow().Add(d))
+			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return 0, fmt.Errorf("sluice: throttle pause: %w", err)
+	}
+	remaining := time.Duration(left) * time.Microsecond
+	t.pauses.set(key, t.hostNow().Add(remaining))
+	t.metrics.paused(c.name)
+	t.publish(ctx, key, remaining)
+	return remaining, nil
+}
+
+// String describes the reservation for logs.
+func (r Reservation) String() string {
+	if !r.OK {
+		return fmt.Sprintf("no slot within the allowed wait; retry after %v", r.RetryAfter)
+	}
+	return fmt.Sprintf("slot in %v", r.Delay)
+}

@@ -1,0 +1,314 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+var base = time.UnixMicro(1_700_000_000_000_000)
+
+const ms = time.Millisecond
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Set(d time.Duration) {
+	c.mu.Lock()
+	c.t = base.Add(d)
+	c.mu.Unlock()
+}
+
+type target struct {
+	name   string
+	client func(t *testing.T) redis.UniversalClient
+}
+
+func targets() []target {
+	return []target{
+		{"miniredis", func(t *testing.T) redis.UniversalClient {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+		{"redis-standalone", func(t *testing.T) redis.UniversalClient { return redistest.Shared(t) }},
+		{"redis-cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
+	}
+}
+
+func forEachTarget(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
+	for _, tg := range targets() {
+		t.Run(tg.name, func(t *testing.T) { f(t, tg.client(t)) })
+	}
+}
+
+// newThrottle returns a Throttle with its own key prefix; with a clock it
+// decides on the clock instead of the server's TIME.
+func newThrottle(t *testing.T, client redis.UniversalClient, clock func() time.Time, opts *Options) *Throttle {
+	t.Helper()
+	if opts == nil {
+		opts = &Options{}
+	}
+	o := *opts
+	if o.Prefix == "" {
+		o.Prefix = redistest.KeyPrefix(t) + "th"
+	}
+	if clock != nil {
+		o.Clock = clock
+	}
+	th, err := New(client, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { th.Close() })
+	return th
+}
+
+type resRow struct {
+	at    time.Duration
+	op    string // "reserve", "peek", "allow", "pause <d>"
+	n     int64
+	ok    bool
+	delay time.Duration // Delay when ok, RetryAfter when not
+}
+
+func TestReservationSteps(t *testing.T) {
+	tables := []struct {
+		name string
+		lim  Limit
+		rows []resRow
+	}{
+		{
+			name: "evenly spaced at 10/s",
+			lim:  Limit{Rate: 10, MaxWait: 250 * ms},
+			rows: []resRow{
+				{0, "reserve", 1, true, 0},
+				{0, "reserve", 1, true, 100 * ms},
+				{0, "peek", 1, true, 200 * ms},
+				{0, "reserve", 1, true, 200 * ms},
+				{0, "reserve", 1, false, 50 * ms}, // slot at 300ms is beyond 250ms
+				{0, "allow", 1, false, 300 * ms},
+				{50 * ms, "reserve", 1, true, 250 * ms},
+				{time.Second, "allow", 1, true, 0},
+			},
+		},
+		{
+			name: "burst of 3 then paced",
+			lim:  Limit{Rate: 10, Burst: 3},
+			rows: []resRow{
+				{0, "reserve", 1, true, 0},
+				{0, "reserve", 2, true, 0},
+				{0, "reserve", 1, true, 100 * ms},
+				{0, "reserve", 3, true, 400 * ms},
+			},
+		},
+		{
+			name: "variable cost",
+			lim:  Limit{Rate: 100, Burst: 1},
+			rows: []resRow{
+				{0, "reserve", 1, true, 0},
+				{0, "reserve", 1, true, 10 * ms},
+			},
+		},
+		{
+			name: "pause then resume paced, no herd",
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second},
+			rows: []resRow{
+				{0, "reserve", 1, true, 0},
+				{0, "pause 2s", 0, true, 2 * time.Second},
+				{0, "reserve", 1, true, 2 * time.Second},
+				{0, "reserve", 1, true, 2100 * ms},
+				{0, "reserve", 1, true, 2200 * ms},
+				// A shorter pause does not shorten the longer one.
+				{100 * ms, "pause 1s", 0, true, 1900 * ms},
+				{3 * time.Second, "reserve", 1, true, 0},
+			},
+		},
+	}
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		for _, tc := range tables {
+			t.Run(tc.name, func(t *testing.T) {
+				clock := &fakeClock{t: base}
+				th := newThrottle(t, client, clock.Now, nil)
+				ctx := context.Background()
+				for i, r := range tc.rows {
+					clock.Set(r.at)
+					var res Reservation
+					var err error
+					switch r.op {
+					case "reserve":
+						res, err = th.Reserve(ctx, "api", tc.lim, r.n)
+					case "peek":
+						res, err = th.Peek(ctx, "api", tc.lim, r.n)
+					case "allow":
+						res, err = th.Allow(ctx, "api", tc.lim, r.n)
+					default:
+						d, _ := time.ParseDuration(r.op[len("pause "):])
+						var left time.Duration
+						left, err = th.Pause(ctx, "api", tc.lim, d)
+						res = Reservation{OK: true, Delay: left}
+					}
+					if err != nil {
+						t.Fatalf("row %d: %v", i, err)
+					}
+					got := res.Delay
+					if !res.OK {
+						got = res.RetryAfter
+					}
+					if res.OK != r.ok || got != r.delay {
+						t.Fatalf("row %d (%s at %v): got ok=%v %v, want ok=%v %v (%s)", i, r.op, r.at, res.OK, got, r.ok, r.delay, res)
+					}
+				}
+			})
+		}
+	})
+}
+
+func TestBadLimitsAndCosts(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	th := newThrottle(t, client, nil, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		lim Limit
+		n   int64
+	}{
+		{Limit{Rate: 0}, 1},
+		{Limit{Rate: -5}, 1},
+		{Limit{Rate: 10, Per: -time.Second}, 1},
+		{Limit{Rate: 10, Burst: -1}, 1},
+		{Limit{Rate: 10, Burst: 2}, 3}, // more than the bucket holds
+		{Limit{Rate: 10}, 0},
+	} {
+		if _, err := th.Reserve(ctx, "k", c.lim, c.n); err == nil {
+			t.Errorf("Reserve(%+v, %d) succeeded", c.lim, c.n)
+		}
+	}
+	if _, err := th.Reserve(ctx, "", PerSecond(1), 1); err == nil {
+		t.Error("empty key accepted")
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Errorf("bad calls wrote keys: %v", keys)
+	}
+}
+
+func TestCancelGivesBackTheLastSlot(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		th := newThrottle(t, client, clock.Now, nil)
+		ctx := context.Background()
+		lim := PerSecond(10)
+		if _, err := th.Reserve(ctx, "k", lim, 1); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := th.Reserve(ctx, "k", lim, 1)
+		if ok, err := th.Cancel(ctx, a); err != nil || !ok {
+			t.Fatalf("cancel of the last reservation: %v, %v", ok, err)
+		}
+		b, _ := th.Reserve(ctx, "k", lim, 1)
+		if b.Delay != a.Delay {
+			t.Fatalf("after cancel the slot at %v should be free again, got %v", a.Delay, b.Delay)
+		}
+		c, _ := th.Reserve(ctx, "k", lim, 1)
+		// b is followed by c: cancelling b would move c's slot; refused.
+		if ok, err := th.Cancel(ctx, b); err != nil || ok {
+			t.Fatalf("cancel of a reservation with a later one: %v, %v; want refused", ok, err)
+		}
+		if ok, _ := th.Cancel(ctx, c); !ok {
+			t.Fatal("cancel of the last reservation refused")
+		}
+	})
+}
+
+func TestConcurrencyLeases(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		th := newThrottle(t, client, clock.Now, nil)
+		ctx := context.Background()
+		c := Concurrency{Max: 2, Lease: time.Second}
+		a, err := th.Acquire(ctx, "api", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock.Set(200 * ms)
+		if _, err := th.Acquire(ctx, "api", c); err != nil {
+			t.Fatal(err)
+		}
+		_, err = th.Acquire(ctx, "api", c)
+		var busy *BusyError
+		if !errors.As(err, &busy) || busy.InUse != 2 || busy.RetryAfter != 800*ms {
+			t.Fatalf("third acquire: %v; want busy, 2 in use, retry after 800ms", err)
+		}
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := th.Acquire(ctx, "api", c)
+		if err != nil {
+			t.Fatalf("after release: %v", err)
+		}
+		// A holder that dies: its lease runs out by itself.
+		clock.Set(1200 * ms)
+		if err := d.Extend(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := th.Acquire(ctx, "api", c); err != nil {
+			t.Fatalf("after the second lease expired: %v", err)
+		}
+		if _, err := th.Acquire(ctx, "api", c); !errors.Is(err, ErrBusy) {
+			t.Fatalf("want busy, got %v", err)
+		}
+		if _, err := th.Acquire(ctx, "api", Concurrency{Max: 0}); err == nil {
+			t.Fatal("Max 0 accepted")
+		}
+	})
+}
+
+// TestFailClosed: with Redis unreachable and no fallback, no slot is
+// given; with a fallback, this process paces at its share.
+func TestFailClosedAndFallback(t *testing.T) {
+	m := miniredis.RunT(t)
+	addr := m.Addr()
+	m.Close() // nothing listens there any more
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * ms, DialerRetries: 1})
+	defer client.Close()
+	ctx := context.Background()
+
+	closed := newThrottle(t, client, nil, nil)
+	if _, err := closed.Reserve(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Reserve without Redis: %v; want ErrUnavailable", err)
+	}
+	if _, err := closed.Wait(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Wait without Redis: %v; want ErrUnavailable", err)
+	}
+
+	half := newThrottle(t, client, nil, &Options{Fallback: 0.5})
+	var due []time.Time
+	for i := 0; i < 4; i++ {
+		r, err := half.Reserve(ctx, "k", PerSecond(10), 1)
+		if err != nil || !r.OK || !r.Local {
+			t.Fatalf("fallback reserve %d: %+v, %v", i, r, err)
+		}
+		due = append(due, r.booked.Add(r.Delay))
+	}
+	// Half of 10/s: slots at least 200ms apart (more only if a failed
+	// dial took longer than that).
+	for i := 1; i < len(due); i++ {
+		if gap := due[i].Sub(due[i-1]); gap < 200*ms {
+			t.Fatalf("fallback slots %v apart; want at least 200ms", gap)
+		}
+	}
+}
