@@ -1,17 +1,23 @@
--- Put a handed-over job back at the head of its tenant's list: asynq never
--- got it (the hand-over failed, or the dispatcher died), or its handler was
--- throttled before it started. Optionally the tenant sleeps until a time.
+-- Put a job back at the head of its tenant's list: asynq never got it (the
+-- hand-over failed, or the dispatcher died), its handler was throttled
+-- before it started, or it ran and must run again later without spending a
+-- retry (a 429). A job that had started (it is no longer among the
+-- handed-over) is counted in the depth again. Optionally the tenant sleeps
+-- until a time.
 -- KEYS     1 the tenant's list, 2 handed-over jobs, 3 handed-over
 --          envelopes, 4 ring, 5 set of tenants in the ring or asleep,
---          6 sleeping tenants
+--          6 sleeping tenants, 7 meta hash, 8 per-tenant depth hash
 -- ARGV     1 job id, 2 the envelope to put back, 3 tenant (encoded),
 --          4 sleep (µs, 0: none), 5 now in µs or "" for TIME
 -- Uses     prelude.lua (int, clock)
--- Returns  1 put back, 0 the job was not handed over (already started or
---          put back)
+-- Returns  1
 local now = clock(ARGV[5])
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[3], ARGV[1])
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+else
+  redis.call('HINCRBY', KEYS[7], 'depth', 1)
+  redis.call('HINCRBY', KEYS[8], ARGV[3], 1)
+end
 redis.call('LPUSH', KEYS[1], ARGV[2])
 local sleep = tonumber(ARGV[4])
 if redis.call('SADD', KEYS[5], ARGV[3]) == 1 then

@@ -1,0 +1,211 @@
+// Package queue is sluice's bounded, fair job queue on asynq.
+//
+// A Producer admits each job by its tenant's policy (any algorithm of
+// package algorithms) and adds it to a waiting room in Redis against an
+// exact bound on the queue, and optionally on each tenant's backlog, in one
+// atomic script: concurrent producers never push the queue past its bound,
+// and a refusal is a typed error that carries what the caller needs to
+// retry (RateLimitedError, QueueFullError).
+//
+// A Server runs asynq's server with a dispatcher beside it. The dispatcher
+// moves jobs from the waiting room into asynq round-robin over the tenants
+// with work (weighted), skipping a tenant whose throttle is paused or whose
+// next slot is too far away, and only as fast as the workers take them.
+// Before a handler runs, its job takes its throttle slot; a job whose slot
+// is too far away goes back to the waiting room without spending a retry.
+// docs/queue.md and docs/fairness.md describe the design and its bounds.
+//
+// Delivery is at least once: a worker that dies mid-job leaves the job to
+// asynq's recovery, which runs it again.
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
+
+// Limits on jobs.
+const (
+	// MaxTenantLen is the longest tenant id accepted, in bytes.
+	MaxTenantLen = 1024
+	// MaxTypeLen is the longest job type accepted, in bytes.
+	MaxTypeLen = 256
+	// MaxIDLen is the longest job id accepted, in bytes.
+	MaxIDLen = 128
+	// DefaultMaxPayload is the largest payload accepted unless the
+	// Producer's config says otherwise.
+	DefaultMaxPayload = 1 << 20
+)
+
+// Job is one unit of work.
+type Job struct {
+	// ID identifies the job; a random one is chosen when empty. At most
+	// MaxIDLen bytes of [A-Za-z0-9_.:-].
+	ID string `json:"id"`
+	// Tenant is whose job it is: admission, backlog bounds and the fair
+	// drain are per tenant. Required; any bytes, at most MaxTenantLen.
+	Tenant string `json:"tenant"`
+	// Type selects the handler. Required.
+	Type string `json:"type"`
+	// Payload is the handler's input.
+	Payload []byte `json:"payload,omitempty"`
+	// Downstream names the throttled API the job calls, if any: its slot
+	// is taken before the handler runs.
+	Downstream string `json:"downstream,omitempty"`
+	// Cost is the job's weight for admission and for the throttle
+	// (APIs that charge points per call). Default 1.
+	Cost int64 `json:"cost,omitempty"`
+	// MaxRetry is how many times a failing job is retried (asynq's
+	// MaxRetry). Throttling never spends one. Default 25; -1 means none.
+	MaxRetry int `json:"max_retry,omitempty"`
+	// Timeout bounds one run of the handler. Default 30 minutes.
+	Timeout time.Duration `json:"timeout,omitempty"`
+
+	// Set by the queue:
+
+	// EnqueuedAt is when the Producer accepted the job.
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	// Retried counts failed runs so far.
+	Retried int `json:"retried,omitempty"`
+	// Moves counts hand-overs to asynq; part of the asynq task id.
+	Moves int `json:"moves,omitempty"`
+}
+
+// Errors. Errors with details wrap these; test with errors.Is.
+var (
+	// ErrInvalidJob is wrapped by every validation error; nothing was
+	// enqueued.
+	ErrInvalidJob = errors.New("sluice: invalid job")
+	// ErrRateLimited is wrapped by *RateLimitedError.
+	ErrRateLimited = errors.New("sluice: rate limited")
+	// ErrQueueFull is wrapped by *QueueFullError.
+	ErrQueueFull = errors.New("sluice: queue full")
+)
+
+// RateLimitedError: the tenant's admission policy refused the job.
+type RateLimitedError struct {
+	Tenant   string
+	Policy   algorithms.Policy
+	Decision algorithms.Decision // Limit, Remaining, ResetAfter, RetryAfter
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("%v: tenant %.64q by %s; retry after %v", ErrRateLimited, e.Tenant, e.Policy, e.Decision.RetryAfter)
+}
+
+// Unwrap returns ErrRateLimited.
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
+
+// QueueFullError: the queue (or, when Tenant is set, the tenant's backlog)
+// is at its bound. Back off and retry; the depth falls as jobs start.
+type QueueFullError struct {
+	Queue  string
+	Tenant string // set when the tenant's own bound refused the job
+	Depth  int64
+	Bound  int64
+}
+
+func (e *QueueFullError) Error() string {
+	if e.Tenant != "" {
+		return fmt.Sprintf("%v: tenant %.64q has %d of %d jobs waiting in queue %q", ErrQueueFull, e.Tenant, e.Depth, e.Bound, e.Queue)
+	}
+	return fmt.Sprintf("%v: queue %q has %d of %d jobs waiting", ErrQueueFull, e.Queue, e.Depth, e.Bound)
+}
+
+// Unwrap returns ErrQueueFull.
+func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
+}
+
+func validName(s string, max int, extra string) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(extra, c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks what the caller set, before anything is written.
+func (j *Job) validate(maxPayload int) error {
+	switch {
+	case j.Tenant == "":
+		return invalid("tenant is required")
+	case len(j.Tenant) > MaxTenantLen:
+		return invalid("tenant id is %d bytes; the limit is %d", len(j.Tenant), MaxTenantLen)
+	case j.Type == "":
+		return invalid("type is required")
+	case !validName(j.Type, MaxTypeLen, "_.:-/"):
+		return invalid("type %.64q: use at most %d bytes of letters, digits and _.:-/", j.Type, MaxTypeLen)
+	case j.ID != "" && !validName(j.ID, MaxIDLen, "_.:-"):
+		return invalid("id %.64q: use at most %d bytes of letters, digits and _.:-", j.ID, MaxIDLen)
+	case len(j.Payload) > maxPayload:
+		return invalid("payload is %d bytes; the limit is %d", len(j.Payload), maxPayload)
+	case j.Downstream != "" && !validName(j.Downstream, 64, "_.-"):
+		return invalid("downstream %.64q: use at most 64 bytes of letters, digits and _.-", j.Downstream)
+	case j.Cost < 0:
+		return invalid("cost must not be negative, got %d", j.Cost)
+	case j.MaxRetry < -1:
+		return invalid("max_retry must be -1 (none) or more, got %d", j.MaxRetry)
+	case j.Timeout < 0:
+		return invalid("timeout must not be negative, got %v", j.Timeout)
+	}
+	return nil
+}
+
+func (j *Job) cost() int64 {
+	if j.Cost == 0 {
+		return 1
+	}
+	return j.Cost
+}
+
+func (j *Job) maxRetry() int {
+	switch {
+	case j.MaxRetry == 0:
+		return 25
+	case j.MaxRetry < 0:
+		return 0
+	}
+	return j.MaxRetry
+}
+
+func (j *Job) timeout() time.Duration {
+	if j.Timeout == 0 {
+		return 30 * time.Minute
+	}
+	return j.Timeout
+}
+
+// taskID is the asynq task id of the job's current hand-over: a repeated
+// hand-over (after a crash) is refused by asynq while the task exists.
+func (j *Job) taskID() string {
+	return fmt.Sprintf("sluice:%s:%d", j.ID, j.Moves)
+}
+
+func (j *Job) encode() (string, error) {
+	b, err := json.Marshal(j)
+	return string(b), err
+}
+
+func decodeJob(s []byte) (*Job, error) {
+	var j Job
+	if err := json.Unmarshal(s, &j); err != nil {
+		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
+	}
+	if j.ID == "" || j.Tenant == "" || j.Type == "" {
+		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
+	}
+	return &j, nil
+}

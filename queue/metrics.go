@@ -1,0 +1,72 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the queue's Prometheus collectors. Tenants are never labels
+// (their number is unbounded); series are per queue and per downstream.
+// A nil *Metrics records nothing.
+type Metrics struct {
+	handed    prometheus.Counter
+	starts    prometheus.Counter
+	waitStart prometheus.Histogram
+	putBack   *prometheus.CounterVec
+	sleeps    *prometheus.CounterVec
+}
+
+// NewMetrics creates the queue's collectors for queue and registers them
+// with reg (when not nil):
+//
+//	sluice_queue_handed_over_total        jobs moved from the waiting room to asynq
+//	sluice_queue_started_total            jobs whose handler started
+//	sluice_queue_wait_seconds             enqueue to start, histogram
+//	sluice_queue_throttled_total{downstream}  jobs put back because their slot was too far
+//	sluice_queue_tenant_sleeps_total{downstream} tenants skipped before dequeue
+func NewMetrics(reg prometheus.Registerer, queue string) *Metrics {
+	l := prometheus.Labels{"queue": queue}
+	m := &Metrics{
+		handed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_queue_handed_over_total",
+			Help: "Jobs moved from the waiting room into asynq.", ConstLabels: l}),
+		starts: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_queue_started_total",
+			Help: "Jobs whose handler started (after their throttle slot).", ConstLabels: l}),
+		waitStart: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_queue_wait_seconds",
+			Help: "Time from enqueue to the handler's start.", ConstLabels: l,
+			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}}),
+		putBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_throttled_total",
+			Help: "Jobs put back in the waiting room because their slot was too far away.", ConstLabels: l}, []string{"downstream"}),
+		sleeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_tenant_sleeps_total",
+			Help: "Tenants skipped before dequeue because their throttle had no slot soon.", ConstLabels: l}, []string{"downstream"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.handed, m.starts, m.waitStart, m.putBack, m.sleeps)
+	}
+	return m
+}
+
+func (m *Metrics) handedOver(*Job) {
+	if m != nil {
+		m.handed.Inc()
+	}
+}
+
+func (m *Metrics) started(j *Job) {
+	if m != nil {
+		m.starts.Inc()
+		m.waitStart.Observe(time.Since(j.EnqueuedAt).Seconds())
+	}
+}
+
+func (m *Metrics) throttled(downstream string) {
+	if m != nil {
+		m.putBack.WithLabelValues(downstream).Inc()
+	}
+}
+
+func (m *Metrics) slept(downstream string) {
+	if m != nil {
+		m.sleeps.WithLabelValues(downstream).Inc()
+	}
+}

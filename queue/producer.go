@@ -1,0 +1,258 @@
+package queue
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/scripts"
+)
+
+// TenantPolicy is how one tenant is admitted and drained.
+type TenantPolicy struct {
+	// Admission is the tenant's admission policy; nil admits everything.
+	Admission *algorithms.Policy
+	// Weight is the tenant's share of the fair drain: a tenant of weight
+	// 3 has up to 3 jobs handed over per turn. Default 1; at most 100.
+	Weight int
+}
+
+// Config configures a Producer, and the waiting room a Server drains.
+type Config struct {
+	// Queue is the asynq queue's name; default "default".
+	Queue string
+	// Prefix starts the waiting room's keys; default DefaultPrefix.
+	Prefix string
+	// Bound is the most jobs the queue holds that have not started:
+	// waiting, or handed to asynq. Required, at least 1.
+	Bound int64
+	// TenantBound is the most such jobs per tenant; 0 for no bound.
+	TenantBound int64
+	// MaxPayload is the largest payload accepted; default
+	// DefaultMaxPayload.
+	MaxPayload int
+	// Tenants returns a tenant's policy; nil admits every tenant with
+	// weight 1.
+	Tenants func(tenant string) TenantPolicy
+	// Clock, when set, replaces the Redis server's clock in the scripts.
+	// Only for tests.
+	Clock func() time.Time
+}
+
+func (c *Config) fill() error {
+	if c.Queue == "" {
+		c.Queue = "default"
+	}
+	if !validName(c.Queue, 64, "_.-") {
+		return fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", c.Queue)
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Bound < 1 {
+		return fmt.Errorf("sluice: queue %q: Bound must be at least 1, got %d", c.Queue, c.Bound)
+	}
+	if c.TenantBound < 0 {
+		return fmt.Errorf("sluice: queue %q: TenantBound must not be negative, got %d", c.Queue, c.TenantBound)
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
+	if c.MaxPayload < 0 {
+		return fmt.Errorf("sluice: queue %q: MaxPayload must not be negative, got %d", c.Queue, c.MaxPayload)
+	}
+	if c.Tenants == nil {
+		c.Tenants = func(string) TenantPolicy { return TenantPolicy{} }
+	}
+	return nil
+}
+
+func (c *Config) now() string {
+	if c.Clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(c.Clock().UnixMicro(), 10)
+}
+
+// Producer admits jobs and adds them to the waiting room. Safe for
+// concurrent use.
+type Producer struct {
+	client redis.UniversalClient
+	cfg    Config
+	keys   keys
+	args   sync.Map // algorithms.Policy -> [5]string
+}
+
+// NewProducer returns a Producer on client for cfg.
+func NewProducer(client redis.UniversalClient, cfg Config) (*Producer, error) {
+	if client == nil {
+		return nil, errors.New("sluice: queue.NewProducer: nil client")
+	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	k, err := newKeys(cfg.Prefix, cfg.Queue)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer{client: client, cfg: cfg, keys: k}, nil
+}
+
+// Receipt describes an accepted job.
+type Receipt struct {
+	// ID is the job's id (chosen by the queue when the job had none).
+	ID string
+	// Depth is the queue's depth after the job was added.
+	Depth int64
+	// Decision is the tenant's admission decision; zero when the tenant
+	// has no admission policy.
+	Decision algorithms.Decision
+	// Policy is the tenant's admission policy, if any.
+	Policy *algorithms.Policy
+}
+
+func newID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// Enqueue admits job by its tenant's policy and adds it to the waiting
+// room. It returns a *RateLimitedError when admission refuses, a
+// *QueueFullError when the queue or the tenant's backlog is at its bound,
+// and an error wrapping ErrInvalidJob for a job that could never be
+// accepted; in each case nothing was written. Once Enqueue returns nil the
+// job is stored in Redis and will run (at least once).
+func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
+	if err := job.validate(p.cfg.MaxPayload); err != nil {
+		return Receipt{}, err
+	}
+	if job.ID == "" {
+		job.ID = newID()
+	}
+	job.EnqueuedAt = time.Now().UTC()
+	if p.cfg.Clock != nil {
+		job.EnqueuedAt = p.cfg.Clock().UTC()
+	}
+	job.Retried, job.Moves = 0, 0
+	tp := p.cfg.Tenants(job.Tenant)
+	weight := tp.Weight
+	if weight <= 0 {
+		weight = 1
+	}
+	if weight > 100 {
+		weight = 100
+	}
+	enc, list, err := p.keys.tenant(job.Tenant)
+	if err != nil {
+		return Receipt{}, invalid("%v", err)
+	}
+	alg := ""
+	adm := [5]string{"0", "0", "0", "0", "0"}
+	admKey := p.keys.admission("none", enc)
+	if tp.Admission != nil {
+		pol := *tp.Admission
+		if a, ok := p.args.Load(pol); ok {
+			adm = a.([5]string)
+		} else if adm, err = pol.ScriptArgs(); err != nil {
+			return Receipt{}, fmt.Errorf("sluice: tenant %.64q: %w", job.Tenant, err)
+		} else {
+			p.args.Store(pol, adm)
+		}
+		if job.cost() > pol.Capacity() {
+			return Receipt{}, invalid("cost %d exceeds the capacity %d of tenant %.64q's policy (%s): %v",
+				job.cost(), pol.Capacity(), job.Tenant, pol, algorithms.ErrCostExceedsCapacity)
+		}
+		alg = string(pol.Algorithm)
+		admKey = p.keys.admission(alg, enc)
+	}
+	env, err := job.encode()
+	if err != nil {
+		return Receipt{}, invalid("%v", err)
+	}
+	k := p.keys
+	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
+		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey},
+		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now()).Int64Slice()
+	if err != nil {
+		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
+	}
+	if len(v) != 5 {
+		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply of %d values", p.cfg.Queue, len(v))
+	}
+	capacity := int64(0)
+	if tp.Admission != nil {
+		capacity = tp.Admission.Capacity()
+	}
+	switch v[0] {
+	case 0:
+		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}
+		if tp.Admission != nil {
+			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: v[2], ResetAfter: time.Duration(v[3]) * time.Microsecond}
+		}
+		return r, nil
+	case 1:
+		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Depth: v[1], Bound: v[2]}
+	case 2:
+		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: v[1], Bound: v[2]}
+	default:
+		return Receipt{}, &RateLimitedError{Tenant: job.Tenant, Policy: *tp.Admission, Decision: algorithms.Decision{
+			Limit: capacity, Remaining: v[1], ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,
+		}}
+	}
+}
+
+// Stats is a snapshot of the waiting room.
+type Stats struct {
+	// Depth counts jobs waiting or handed to asynq but not started.
+	Depth int64
+	// HandedOver counts jobs handed to asynq but not started.
+	HandedOver int64
+	// Tenants counts tenants with jobs in the queue.
+	Tenants int64
+	// Sleeping counts tenants skipped until their throttle has room.
+	Sleeping int64
+}
+
+// Stats reads the waiting room's counters (a handful of commands).
+func (p *Producer) Stats(ctx context.Context) (Stats, error) {
+	return readStats(ctx, p.client, p.keys)
+}
+
+func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, error) {
+	pipe := c.Pipeline()
+	depth := pipe.HGet(ctx, k.meta, "depth")
+	handed := pipe.ZCard(ctx, k.handed)
+	tenants := pipe.HLen(ctx, k.tdepth)
+	sleeping := pipe.ZCard(ctx, k.sleep)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, err
+	}
+	d, _ := depth.Int64()
+	return Stats{Depth: d, HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val()}, nil
+}
+
+// TenantDepth returns how many of tenant's jobs are in the queue and not
+// started.
+func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
+	enc, _, err := p.keys.tenant(tenant)
+	if err != nil {
+		return 0, err
+	}
+	n, err := p.client.HGet(ctx, p.keys.tdepth, enc).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return n, err
+}

@@ -1,0 +1,280 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/scripts"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Downstream is how jobs that name a downstream are throttled.
+type Downstream struct {
+	// Limit paces the downstream fleet-wide (Limit.Name labels metrics).
+	Limit throttle.Limit
+	// Concurrency, when set, caps the downstream's calls in flight.
+	Concurrency *throttle.Concurrency
+	// PerTenant gives each tenant its own bucket at Limit (per-account
+	// quotas, such as Shopify's per store), instead of one shared bucket.
+	PerTenant bool
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	// Config names the waiting room (Queue, Prefix; Clock for tests).
+	Config
+	// Concurrency is the number of jobs this process runs at once;
+	// default 10.
+	Concurrency int
+	// Prefetch is the most jobs handed to asynq but not started,
+	// fleet-wide; default 2 × Concurrency. Keep it at least the fleet's
+	// total concurrency.
+	Prefetch int
+	// Throttle paces jobs that name a Downstream; nil runs them unpaced.
+	Throttle *throttle.Throttle
+	// Downstreams returns the throttling of a downstream by name.
+	Downstreams func(name string) (Downstream, bool)
+	// ShutdownTimeout is how long Shutdown lets running jobs finish;
+	// default 30s. Jobs still running then return to asynq's queue.
+	ShutdownTimeout time.Duration
+	// Retention keeps completed asynq tasks this long, so that a hand-over
+	// repeated after a crash is recognised; default 1 hour.
+	Retention time.Duration
+	// PollInterval is how often an idle dispatcher looks for work;
+	// default 50ms.
+	PollInterval time.Duration
+	// StaleAfter is how long a job may sit handed over before the
+	// dispatcher checks that asynq has it; default 5 minutes.
+	StaleAfter time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+	// Metrics; nil for none.
+	Metrics *Metrics
+}
+
+// Server runs jobs: asynq's server, the dispatcher that feeds it from the
+// waiting room, and the throttle before each handler.
+type Server struct {
+	client    redis.UniversalClient
+	cfg       ServerConfig
+	keys      keys
+	srv       *asynq.Server
+	asynq     *asynq.Client
+	inspector *asynq.Inspector
+	log       *slog.Logger
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// errNotFailure marks errors that are not the job's fault (Redis
+// unreachable, shutting down): asynq retries without counting a failure.
+var errNotFailure = errors.New("sluice: not a failure")
+
+// NewServer returns a Server on client.
+func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) {
+	if client == nil {
+		return nil, errors.New("sluice: queue.NewServer: nil client")
+	}
+	if cfg.Bound == 0 {
+		cfg.Bound = 1 // the bound is the producers' business; the server does not check it
+	}
+	if err := cfg.Config.fill(); err != nil {
+		return nil, err
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.Concurrency < 0 {
+		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = 2 * cfg.Concurrency
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = time.Hour
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 5 * time.Minute
+	}
+	if cfg.Downstreams == nil {
+		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
+	}
+	s := &Server{client: client, cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	var err error
+	if s.keys, err = newKeys(cfg.Prefix, cfg.Queue); err != nil {
+		return nil, err
+	}
+	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
+		Concurrency:     cfg.Concurrency,
+		Queues:          map[string]int{cfg.Queue: 1},
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		LogLevel:        asynq.WarnLevel,
+		// The dispatcher keeps asynq's pending list short, so an idle
+		// worker must look again soon, not after asynq's default second.
+		TaskCheckInterval: cfg.PollInterval,
+		IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
+	})
+	s.asynq = asynq.NewClientFromRedisClient(client)
+	s.inspector = asynq.NewInspectorFromRedisClient(client)
+	return s, nil
+}
+
+// Start starts processing with h and returns; Shutdown stops.
+func (s *Server) Start(h Handler) error {
+	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		return s.process(ctx, t, h)
+	})); err != nil {
+		return fmt.Errorf("sluice: starting asynq: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.recoverLoop(ctx) }()
+	return nil
+}
+
+// Shutdown stops the dispatcher, then lets running jobs finish for up to
+// ShutdownTimeout; unfinished ones go back to asynq's queue. No job is
+// lost.
+func (s *Server) Shutdown() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	s.srv.Shutdown()
+}
+
+// Run starts the server and blocks until ctx is done, then shuts down.
+func (s *Server) Run(ctx context.Context, h Handler) error {
+	if err := s.Start(h); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	s.Shutdown()
+	return nil
+}
+
+// throttleKey returns the throttle key and settings for job, if it names a
+// downstream the server knows.
+func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
+	if job.Downstream == "" || s.cfg.Throttle == nil {
+		return "", Downstream{}, false
+	}
+	d, ok := s.cfg.Downstreams(job.Downstream)
+	if !ok {
+		return "", Downstream{}, false
+	}
+	if d.Limit.Name == "" {
+		d.Limit.Name = job.Downstream
+	}
+	key := job.Downstream
+	if d.PerTenant {
+		key = job.Downstream + "/" + job.Tenant
+	}
+	return key, d, true
+}
+
+// process runs one asynq task: throttle, start, handler.
+func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+	job, err := decodeJob(t.Payload())
+	if err != nil {
+		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	}
+	if n, ok := asynq.GetRetryCount(ctx); ok {
+		job.Retried += n
+	}
+	enc, _, err := s.keys.tenant(job.Tenant)
+	if err != nil {
+		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	}
+	if job.Downstream != "" && s.cfg.Throttle != nil {
+		if _, ok := s.cfg.Downstreams(job.Downstream); !ok {
+			return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
+		}
+	}
+	var lease *throttle.Lease
+	if key, d, ok := s.throttleFor(job); ok {
+		if d.Concurrency != nil {
+			lease, err = s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
+			var busy *throttle.BusyError
+			if errors.As(err, &busy) {
+				return s.putBack(ctx, t, job, enc, busy.RetryAfter, "concurrency cap")
+			}
+			if err != nil {
+				return fmt.Errorf("%w: %v", errNotFailure, err)
+			}
+			defer lease.Release(context.WithoutCancel(ctx))
+		}
+		r, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
+		var far *throttle.TooFarError
+		if errors.As(err, &far) {
+			s.cfg.Metrics.throttled(d.Limit.Name)
+			return s.putBack(ctx, t, job, enc, far.RetryAfter, "throttled")
+		}
+		if err != nil {
+			// Redis unreachable (fail closed) or shutting down: asynq
+			// retries later without counting a failure.
+			return fmt.Errorf("%w: %v", errNotFailure, err)
+		}
+		_ = r
+	}
+	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth}, job.ID, enc).Int()
+	if err != nil {
+		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
+	}
+	if started == 1 {
+		s.cfg.Metrics.started(job)
+	}
+	err = h.ProcessJob(ctx, job)
+	var re *RescheduleError
+	var pe *permanentError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return s.putBack(ctx, t, job, enc, re.After, re.Reason)
+	case errors.As(err, &pe):
+		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+	}
+	return err
+}
+
+// putBack returns job to the head of its tenant's list, its tenant asleep
+// for d, and completes the asynq task with a result that says why.
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
+	job.Moves++
+	env, err := job.encode()
+	if err != nil {
+		return err
+	}
+	_, list, _ := s.keys.tenant(job.Tenant)
+	k := s.keys
+	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
+		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth},
+		job.ID, env, enc, int64(d/time.Microsecond), s.cfg.now()).Err(); err != nil {
+		// Could not put it back: let asynq retry it instead (no failure
+		// counted); it is not lost.
+		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
+	}
+	if w := t.ResultWriter(); w != nil {
+		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))
+	}
+	return nil
+}
