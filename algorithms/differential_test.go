@@ -13,7 +13,7 @@ import (
 // arithmetic. Timelines include bursts, long idle spells, several keys,
 // peeks and a clock that sometimes steps back.
 func TestDifferential(t *testing.T) {
-	steps := map[string]int{"miniredis": 1200, "redis-standalone": 600, "redis-cluster": 300}
+	steps := map[string]int{"miniredis": 600, "redis-standalone": 500, "redis-cluster": 300}
 	forEachTarget(t, func(t *testing.T, tg target) {
 		if tg.client == nil {
 			t.Skip("the reference itself")

@@ -316,8 +316,9 @@ func TestThrottledJobsSpendNoRetry(t *testing.T) {
 		rec.mu.Lock()
 		first, last := rec.at[0], rec.at[len(rec.at)-1]
 		rec.mu.Unlock()
-		// 12 calls at 20/s take at least 11 intervals of 50ms.
-		if span := last.Sub(first); span < 11*50*time.Millisecond-10*time.Millisecond {
+		// 12 calls at 20/s take 11 intervals of 50ms; a late wake-up of
+		// the first may shorten the measured span by a little.
+		if span := last.Sub(first); span < 10*50*time.Millisecond {
 			t.Fatalf("12 jobs ran within %v; the throttle allows 20/s", span)
 		}
 		ins := asynq.NewInspectorFromRedisClient(client)

@@ -296,9 +296,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if book {
 		flag = "1"
 	}
-	started := t.hostNow()
 	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k},
 		c.args[0], c.args[1], c.args[2], n, c.maxWait, flag, t.now()).Int64Slice()
+	// The delay counts from the server's clock when the script ran; the
+	// reply arrives later, so counting from its arrival never runs early.
+	booked := t.hostNow()
 	if err != nil {
 		if unreachable(err) && t.fallback > 0 {
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
@@ -320,7 +322,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		OK:     v[0] == 1,
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
-		key:    key, n: n, a: v[4], f: v[5], booked: started, compile: c,
+		key:    key, n: n, a: v[4], f: v[5], booked: booked, compile: c,
 	}
 	if !r.OK {
 		r.Delay = 0
