@@ -184,11 +184,17 @@ func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 	if d.Limit.Name == "" {
 		d.Limit.Name = job.Downstream
 	}
-	key := job.Downstream
-	if d.PerTenant {
-		key = job.Downstream + "/" + job.Tenant
+	return ThrottleKey(job, d.PerTenant), d, true
+}
+
+// ThrottleKey returns the throttle key a job's slots are taken from: its
+// downstream's name, or the name and the tenant for per-tenant quotas.
+// Handlers that pause the downstream after a 429 pause this key.
+func ThrottleKey(job *Job, perTenant bool) string {
+	if perTenant {
+		return job.Downstream + "/" + job.Tenant
 	}
-	return key, d, true
+	return job.Downstream
 }
 
 // process runs one asynq task: throttle, start, handler.

@@ -1,0 +1,719 @@
+package downstream
+
+import (
+	"math"
+	"net/http"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// testNow is the clock of every table below: 2025-06-01 12:00:00.25 UTC,
+// with a fraction so that dates in whole seconds round up.
+var testNow = time.Date(2025, 6, 1, 12, 0, 0, 250_000_000, time.UTC)
+
+// epoch returns testNow's Unix time plus d, as a header value in whole
+// seconds (truncated, as servers send it).
+func epoch(d time.Duration) string { return strconv.FormatInt(testNow.Add(d).Unix(), 10) }
+
+func httpDate(d time.Duration) string { return testNow.Add(d).UTC().Format(http.TimeFormat) }
+
+type durationStep struct {
+	in     string
+	want   time.Duration
+	wantOK bool
+}
+
+func checkDuration(t *testing.T, name string, parse func(string) (time.Duration, bool), s durationStep) {
+	t.Helper()
+	got, ok := parse(s.in)
+	if got != s.want || ok != s.wantOK {
+		t.Errorf("%s(%q) = %v, %v; want %v, %v", name, s.in, got, ok, s.want, s.wantOK)
+	}
+	if got < 0 || got > MaxStatedDuration {
+		t.Errorf("%s(%q) = %v: outside [0, MaxStatedDuration]", name, s.in, got)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	parse := func(v string) (time.Duration, bool) { return ParseRetryAfter(v, testNow) }
+	for _, s := range []durationStep{
+		{"120", 120 * time.Second, true},
+		{"0", 0, true},
+		{"000017", 17 * time.Second, true},
+		{" \t7 \t", 7 * time.Second, true},
+		// Fractions (Shopify sends "2.0") round up to a whole second.
+		{"2.0", 2 * time.Second, true},
+		{"2.000000000000001", 3 * time.Second, true},
+		{"2.1", 3 * time.Second, true},
+		{"0.001", time.Second, true},
+		{"0.0", 0, true},
+		// Absurd values clamp instead of overflowing.
+		{"86400", 24 * time.Hour, true},
+		{"9223372036854775807", MaxStatedDuration, true},
+		{"99999999999999999999999999999999", MaxStatedDuration, true},
+		{"2678400", MaxStatedDuration, true},
+		{"2678399.5", MaxStatedDuration, true},
+		// HTTP-dates, relative to testNow (which has a quarter second).
+		{httpDate(30 * time.Second), 29750 * time.Millisecond, true},
+		{httpDate(time.Hour), time.Hour - 250*time.Millisecond, true},
+		{httpDate(-time.Hour), 0, true},
+		{httpDate(0), 0, true},
+		{"Sunday, 01-Jun-25 12:00:10 GMT", 9750 * time.Millisecond, true}, // RFC 850
+		{"Sun Jun  1 12:00:10 2025", 9750 * time.Millisecond, true},       // asctime
+		{"2025-06-01T12:00:10Z", 9750 * time.Millisecond, true},           // RFC 3339
+		{"2025-06-01T14:00:10+02:00", 9750 * time.Millisecond, true},      // with offset
+		{"Fri, 31 Dec 9999 23:59:59 GMT", MaxStatedDuration, true},        // far future
+		{"Mon, 01 Jan 0001 00:00:00 GMT", 0, true},                        // far past
+		{"Sun, 01 Jun 2025 12:00:10 GMT, Sun, 01 Jun 2025 12:00:20 GMT", 0, false},
+		// Malformed.
+		{"", 0, false},
+		{"   ", 0, false},
+		{"-1", 0, false},
+		{"+5", 0, false},
+		{"1e3", 0, false},
+		{"5s", 0, false},
+		{"5 6", 0, false},
+		{"2.", 0, false},
+		{".5", 0, false},
+		{"0x10", 0, false},
+		{"NaN", 0, false},
+		{"Inf", 0, false},
+		{"soon", 0, false},
+		{"Sun, 32 Jun 2025 12:00:10 GMT", 0, false},
+		{"1,2", 0, false},
+		{"５", 0, false}, // a full-width digit
+	} {
+		checkDuration(t, "ParseRetryAfter", parse, s)
+	}
+}
+
+func TestParseReset(t *testing.T) {
+	parse := func(v string) (time.Duration, bool) { return ParseReset(v, testNow) }
+	for _, s := range []durationStep{
+		// Delta-seconds below 1e9.
+		{"30", 30 * time.Second, true},
+		{"0", 0, true},
+		{"64.57", 64570 * time.Millisecond, true}, // Discord's Reset-After
+		{"0.0001", time.Millisecond, true},        // rounded up to a millisecond
+		{"999999999", MaxStatedDuration, true},    // 31 years of delta: clamped
+		{"3600.0000000001", time.Hour + time.Millisecond, true},
+		// Unix seconds from 1e9 (GitHub, GitLab, Discord).
+		{epoch(60 * time.Second), 59750 * time.Millisecond, true},
+		{epoch(-60 * time.Second), 0, true},
+		{"1000000000", 0, true}, // 2001: past
+		{strconv.FormatInt(testNow.Unix(), 10) + ".750", 500 * time.Millisecond, true},
+		{strconv.FormatInt(testNow.Unix(), 10) + ".7500001", 501 * time.Millisecond, true},
+		{"999999999999", MaxStatedDuration, true}, // year 33658 in seconds
+		// Unix milliseconds from 1e12.
+		{strconv.FormatInt(testNow.Add(2*time.Second).UnixMilli(), 10), 2 * time.Second, true},
+		{strconv.FormatInt(testNow.Add(-time.Second).UnixMilli(), 10), 0, true},
+		{strconv.FormatInt(testNow.Add(2*time.Second).UnixMilli(), 10) + ".5", 2*time.Second + time.Millisecond, true},
+		{"999999999999999", MaxStatedDuration, true},
+		{"1000000000000000", MaxStatedDuration, true},
+		{"99999999999999999999999999999", MaxStatedDuration, true},
+		// Duration strings (OpenAI).
+		{"1s", time.Second, true},
+		{"6m0s", 6 * time.Minute, true},
+		{"20ms", 20 * time.Millisecond, true},
+		{"2m59.56s", 2*time.Minute + 59560*time.Millisecond, true},
+		// Dates (Anthropic sends RFC 3339).
+		{"2025-06-01T12:01:00Z", 59750 * time.Millisecond, true},
+		{httpDate(10 * time.Second), 9750 * time.Millisecond, true},
+		{"2025-06-01T11:00:00Z", 0, true},
+		// Malformed.
+		{"", 0, false},
+		{"-30", 0, false},
+		{"-6m0s", 0, false},
+		{"30 seconds", 0, false},
+		{"NaN", 0, false},
+		{"1e10", 0, false},
+		{"tomorrow", 0, false},
+	} {
+		checkDuration(t, "ParseReset", parse, s)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, s := range []durationStep{
+		{"1s", time.Second, true},
+		{"6m0s", 6 * time.Minute, true},
+		{"1h30m", 90 * time.Minute, true},
+		{"1h2m3.5s", time.Hour + 2*time.Minute + 3500*time.Millisecond, true},
+		{"2m59.56s", 2*time.Minute + 59560*time.Millisecond, true},
+		{"20ms", 20 * time.Millisecond, true},
+		{"1.5ms", 2 * time.Millisecond, true},
+		{"500us", time.Millisecond, true},
+		{"500µs", time.Millisecond, true},
+		{"2000μs", 2 * time.Millisecond, true},
+		{"1ns", time.Millisecond, true},
+		{"0s", 0, true},
+		{"0", 0, true},
+		{"1.5", 1500 * time.Millisecond, true},
+		{"1d", 24 * time.Hour, true},
+		{"1D2H", 26 * time.Hour, true},
+		{" 3s ", 3 * time.Second, true},
+		{"1s1s1s", 3 * time.Second, true},
+		{"99999999999999999999h", MaxStatedDuration, true},
+		{"744h", MaxStatedDuration, true},
+		{"743h59m59.9999s", MaxStatedDuration, true},
+		{"30d30d", MaxStatedDuration, true},
+		{"0.0000000001s", time.Millisecond, true},
+		// Malformed.
+		{"", 0, false},
+		{"s", 0, false},
+		{"-1s", 0, false},
+		{"+1s", 0, false},
+		{"1x", 0, false},
+		{"1s2", 0, false},
+		{"1 s", 0, false},
+		{"1s 2m", 0, false},
+		{"1.s", 0, false},
+		{".5s", 0, false},
+		{"1e3s", 0, false},
+		{"NaNs", 0, false},
+		{"1sec", 0, false},
+	} {
+		checkDuration(t, "ParseDuration", ParseDuration, s)
+	}
+}
+
+func TestParseCount(t *testing.T) {
+	for _, s := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"59", 59, true},
+		{" 59 ", 59, true},
+		{"5.9", 5, true}, // a count is never overstated
+		{"9223372036854775807", math.MaxInt64, true},
+		{"9223372036854775808", math.MaxInt64, true},
+		{"184467440737095516150000", math.MaxInt64, true},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"+1", 0, false},
+		{"1e3", 0, false},
+		{"ten", 0, false},
+		{"1 0", 0, false},
+	} {
+		got, ok := ParseCount(s.in)
+		if got != s.want || ok != s.ok {
+			t.Errorf("ParseCount(%q) = %d, %v; want %d, %v", s.in, got, ok, s.want, s.ok)
+		}
+	}
+}
+
+func TestParseShopifyCallLimit(t *testing.T) {
+	for _, s := range []struct {
+		in          string
+		used, limit int64
+		ok          bool
+	}{
+		{"32/40", 32, 40, true},
+		{"40/40", 40, 40, true},
+		{" 1 / 80 ", 1, 80, true},
+		{"0/0", 0, 0, true},
+		{"41/40", 41, 40, true},
+		{"", 0, 0, false},
+		{"32", 0, 0, false},
+		{"32/", 0, 0, false},
+		{"/40", 0, 0, false},
+		{"32/40/50", 0, 0, false},
+		{"-1/40", 0, 0, false},
+		{"a/b", 0, 0, false},
+	} {
+		used, limit, ok := ParseShopifyCallLimit(s.in)
+		if used != s.used || limit != s.limit || ok != s.ok {
+			t.Errorf("ParseShopifyCallLimit(%q) = %d, %d, %v; want %d, %d, %v", s.in, used, limit, ok, s.used, s.limit, s.ok)
+		}
+	}
+}
+
+type quotaStep struct {
+	in   []string
+	want []StatedQuota
+}
+
+func checkQuotas(t *testing.T, name string, parse func(...string) []StatedQuota, s quotaStep) {
+	t.Helper()
+	got := parse(s.in...)
+	if len(got) == 0 && len(s.want) == 0 {
+		return
+	}
+	if !reflect.DeepEqual(got, s.want) {
+		t.Errorf("%s(%q)\n got %+v\nwant %+v", name, s.in, got, s.want)
+	}
+}
+
+// sq builds a StatedQuota; limit and remaining -1 mean unknown.
+func sq(name string, limit, remaining int64, reset, window time.Duration) StatedQuota {
+	return StatedQuota{Name: name, Limit: limit, Remaining: remaining, Reset: reset, Window: window}
+}
+
+func TestParseRateLimitPolicy(t *testing.T) {
+	for _, s := range []quotaStep{
+		// draft-08 and later.
+		{[]string{`"default";q=100;w=10`}, []StatedQuota{sq("default", 100, -1, 0, 10*time.Second)}},
+		{[]string{`"permin";q=50;w=60,"perhr";q=1000;w=3600`}, []StatedQuota{
+			sq("permin", 50, -1, 0, time.Minute), sq("perhr", 1000, -1, 0, time.Hour)}},
+		{[]string{`"burst";q=100;w=60`, `"daily";q=1000;w=86400`}, []StatedQuota{ // split over lines
+			sq("burst", 100, -1, 0, time.Minute), sq("daily", 1000, -1, 0, 24*time.Hour)}},
+		{[]string{`"peruser";q=100;w=60;pk=:cHsdsRa894==:`}, []StatedQuota{sq("peruser", 100, -1, 0, time.Minute)}},
+		{[]string{`"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:`}, []StatedQuota{sq("peruser", 65535, -1, 0, 10*time.Second)}},
+		{[]string{`"100-in-15min"; q=100; w=900; pk=:ZmFrZQ==:`}, []StatedQuota{sq("100-in-15min", 100, -1, 0, 15*time.Minute)}},
+		{[]string{`"a,b";q=1;w=1, "c\"d";q=2`}, []StatedQuota{sq("a,b", 1, -1, 0, time.Second), sq(`c"d`, 2, -1, 0, 0)}},
+		{[]string{`default;q=5;w=1`}, []StatedQuota{sq("default", 5, -1, 0, time.Second)}}, // a token, leniently
+		{[]string{`"x";Q=5;W=2`}, []StatedQuota{sq("x", 5, -1, 0, 2*time.Second)}},
+		{[]string{`"x";q=5;w=99999999999999999999`}, []StatedQuota{sq("x", 5, -1, 0, MaxStatedDuration)}},
+		{[]string{`"x";q=99999999999999999999;w=1`}, []StatedQuota{sq("x", math.MaxInt64, -1, 0, time.Second)}},
+		{[]string{`"x";q=10;w=1.5`}, []StatedQuota{sq("x", 10, -1, 0, 1500*time.Millisecond)}},
+		// draft-06/07: the item is the quota.
+		{[]string{`100;w=60`}, []StatedQuota{sq("", 100, -1, 0, time.Minute)}},
+		{[]string{`10;w=1, 50;w=60, 1000;w=3600`}, []StatedQuota{
+			sq("", 10, -1, 0, time.Second), sq("", 50, -1, 0, time.Minute), sq("", 1000, -1, 0, time.Hour)}},
+		{[]string{`10;w=1;burst=1000;policy="leaky bucket"`}, []StatedQuota{sq("", 10, -1, 0, time.Second)}},
+		// Malformed members are skipped, the others kept.
+		{[]string{`"nolimit";w=60, "ok";q=1`}, []StatedQuota{sq("ok", 1, -1, 0, 0)}},
+		{[]string{`"neg";q=-1;w=60, "negw";q=3;w=-5`}, []StatedQuota{sq("negw", 3, -1, 0, 0)}},
+		{[]string{`"unterminated;q=1, "ok";q=2`}, nil},
+		{[]string{`"bad\escape";q=1, "ok";q=2`}, []StatedQuota{sq("ok", 2, -1, 0, 0)}},
+		{[]string{`"x";q=1 garbage, "ok";q=2`}, []StatedQuota{sq("ok", 2, -1, 0, 0)}},
+		{[]string{`"x";q="1", (1 2);q=3, ?1;q=4, :AA==:;q=5, "ok";q=6`}, []StatedQuota{sq("ok", 6, -1, 0, 0)}},
+		{[]string{`q=5`}, nil}, // a dictionary member is no policy
+		{[]string{``, `,,`, ` `}, nil},
+		{[]string{`"x";;q=1`}, nil},
+		{[]string{`"x";q=`}, nil},
+	} {
+		checkQuotas(t, "ParseRateLimitPolicy", ParseRateLimitPolicy, s)
+	}
+}
+
+func TestParseRateLimit(t *testing.T) {
+	for _, s := range []quotaStep{
+		// draft-08 and later.
+		{[]string{`"default";r=50;t=30`}, []StatedQuota{sq("default", -1, 50, 30*time.Second, 0)}},
+		{[]string{`"default";r=999;pk=:dHJpYWwxMjEzMjM=:`}, []StatedQuota{sq("default", -1, 999, 0, 0)}},
+		{[]string{`"problemPolicy";r=0;t=10`}, []StatedQuota{sq("problemPolicy", -1, 0, 10*time.Second, 0)}},
+		{[]string{`"a";r=5;t=1, "b";r=0;t=60`}, []StatedQuota{
+			sq("a", -1, 5, time.Second, 0), sq("b", -1, 0, time.Minute, 0)}},
+		{[]string{`"a";r=5;t=1`, `"b";r=0;t=60`}, []StatedQuota{
+			sq("a", -1, 5, time.Second, 0), sq("b", -1, 0, time.Minute, 0)}},
+		{[]string{`"100-in-15min"; r=25; t=30`}, []StatedQuota{sq("100-in-15min", -1, 25, 30*time.Second, 0)}},
+		{[]string{`"x" ; r = 1 ; t = 2`}, []StatedQuota{sq("x", -1, 1, 2*time.Second, 0)}},
+		{[]string{`"x";t=5`}, []StatedQuota{sq("x", -1, -1, 5*time.Second, 0)}},
+		{[]string{`"x";r=1;t=99999999999`}, []StatedQuota{sq("x", -1, 1, MaxStatedDuration, 0)}},
+		{[]string{`"x";r=2.9;t=0.0005`}, []StatedQuota{sq("x", -1, 2, time.Millisecond, 0)}},
+		{[]string{`"x";r=-0;t=-0`}, []StatedQuota{sq("x", -1, 0, 0, 0)}},
+		// draft-07: a dictionary.
+		{[]string{`limit=100, remaining=50, reset=5`}, []StatedQuota{sq("", 100, 50, 5*time.Second, 0)}},
+		{[]string{`limit=10, remaining=0, reset=10`}, []StatedQuota{sq("", 10, 0, 10*time.Second, 0)}},
+		{[]string{`limit=100`, `remaining=0`, `reset=7`}, []StatedQuota{sq("", 100, 0, 7*time.Second, 0)}},
+		{[]string{`Limit = 100 , Remaining = 1`}, []StatedQuota{sq("", 100, 1, 0, 0)}},
+		{[]string{`limit=100;foo=bar, other=3, remaining=-4, reset="5"`}, []StatedQuota{sq("", 100, -1, 0, 0)}},
+		// Malformed.
+		{[]string{`"x";r=-1;t=-1`}, nil},
+		{[]string{`"x"`}, nil},
+		{[]string{`50;r=1;t=2`}, nil},
+		{[]string{`"x";r=1;t=2 trailing`}, nil},
+		{[]string{`"x";r=abc`}, nil},
+		{[]string{`"x";r=1e3`}, nil},
+		{[]string{`"x";r=NaN`}, nil},
+		{[]string{`remaining=abc, reset=-1`}, nil},
+		{[]string{""}, nil},
+	} {
+		checkQuotas(t, "ParseRateLimit", ParseRateLimit, s)
+	}
+}
+
+func TestStructuredFieldMembersAreBounded(t *testing.T) {
+	line := ""
+	for i := range 200 {
+		if i > 0 {
+			line += ","
+		}
+		line += `"p` + strconv.Itoa(i) + `";q=` + strconv.Itoa(i+1)
+	}
+	if got := ParseRateLimitPolicy(line); len(got) != sfMaxMembers {
+		t.Fatalf("read %d policies, want %d", len(got), sfMaxMembers)
+	}
+	params := `"x"`
+	for range sfMaxParams + 1 {
+		params += ";a=1"
+	}
+	if got := ParseRateLimitPolicy(params + ";q=1"); len(got) != 0 {
+		t.Fatalf("a member with %d parameters was read: %+v", sfMaxParams+2, got)
+	}
+}
+
+// hdr builds a header from name, value pairs, keeping the names exactly as
+// written (not canonicalised), as a raw map would have them.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = append(h[kv[i]], kv[i+1])
+	}
+	return h
+}
+
+type feedbackStep struct {
+	name   string
+	status int
+	h      http.Header
+	want   Feedback
+}
+
+// fb builds a Feedback; limit and remaining -1 mean unknown.
+func fb(source string, limit, remaining int64, reset, window time.Duration) Feedback {
+	return Feedback{Source: source, Limit: limit, Remaining: remaining, Reset: reset, Window: window}
+}
+
+func (f Feedback) limited() Feedback { f.Limited = true; return f }
+
+func (f Feedback) retry(d time.Duration) Feedback { f.RetryAfter, f.HasRetryAfter = d, true; return f }
+
+func checkFeedback(t *testing.T, s feedbackStep) {
+	t.Helper()
+	got := ParseFeedback(s.status, s.h, testNow)
+	if got != s.want {
+		t.Errorf("%s: ParseFeedback(%d, %v)\n got %+v\nwant %+v", s.name, s.status, s.h, got, s.want)
+	}
+}
+
+func TestParseFeedbackFamilies(t *testing.T) {
+	none := fb(SourceNone, -1, -1, 0, 0)
+	for _, s := range []feedbackStep{
+		{"nothing", 200, nil, none},
+		{"plain 429", 429, hdr(), none.limited()},
+		{"plain 503", 503, hdr(), none},
+		{"plain 403", 403, hdr(), none},
+		{"429 Retry-After", 429, hdr("Retry-After", "30"),
+			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(30 * time.Second)},
+		{"503 Retry-After date", 503, hdr("Retry-After", httpDate(2*time.Minute)),
+			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(2*time.Minute - 250*time.Millisecond)},
+		{"503 Retry-After past date", 503, hdr("Retry-After", httpDate(-2*time.Minute)),
+			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(0)},
+		{"503 malformed Retry-After", 503, hdr("Retry-After", "later"), none},
+		{"200 Retry-After", 200, hdr("Retry-After", "5"), fb(SourceRetryAfter, -1, -1, 0, 0).retry(5 * time.Second)},
+		{"Retry-After repeated", 429, hdr("Retry-After", "5", "Retry-After", "9", "Retry-After", "x"),
+			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(9 * time.Second)},
+		{"Retry-After folded", 429, hdr("Retry-After", "5, 7"),
+			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(7 * time.Second)},
+
+		// The structured fields, draft-08 and later.
+		{"RateLimit with policy", 200, hdr(
+			"RateLimit-Policy", `"default";q=100;w=60`,
+			"RateLimit", `"default";r=50;t=30`),
+			fb(SourceRateLimit, 100, 50, 30*time.Second, time.Minute)},
+		{"RateLimit exhausted", 200, hdr(
+			"RateLimit-Policy", `"default";q=100;w=60`,
+			"RateLimit", `"default";r=0;t=30`),
+			fb(SourceRateLimit, 100, 0, 30*time.Second, time.Minute)},
+		{"RateLimit without policy", 200, hdr("RateLimit", `"default";r=1;t=7`),
+			fb(SourceRateLimit, -1, 1, 7*time.Second, 0)},
+		{"RateLimit: least remaining wins", 200, hdr(
+			"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`,
+			"RateLimit", `"burst";r=90;t=30, "daily";r=3;t=40000`),
+			fb(SourceRateLimit, 1000, 3, 40000*time.Second, 24*time.Hour)},
+		{"RateLimit: exhausted, longest reset wins", 200, hdr(
+			"RateLimit-Policy", `"burst";q=100;w=60`, "RateLimit-Policy", `"daily";q=1000;w=86400`,
+			"RateLimit", `"burst";r=0;t=30`, "RateLimit", `"daily";r=0;t=40000`),
+			fb(SourceRateLimit, 1000, 0, 40000*time.Second, 24*time.Hour)},
+		{"RateLimit: unmatched name", 200, hdr(
+			"RateLimit-Policy", `"other";q=100;w=60`,
+			"RateLimit", `"default";r=5;t=3`),
+			fb(SourceRateLimit, -1, 5, 3*time.Second, 0)},
+		{"RateLimit-Policy alone: lowest rate", 200, hdr(
+			"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400, "nowindow";q=1`),
+			fb(SourceRateLimit, 1000, -1, 0, 24*time.Hour)},
+		{"RateLimit-Policy alone: no windows", 200, hdr("RateLimit-Policy", `"a";q=7, "b";q=3`),
+			fb(SourceRateLimit, 3, -1, 0, 0)},
+		{"RateLimit on 429 with Retry-After", 429, hdr(
+			"RateLimit", `"default";r=0;t=30`, "Retry-After", "45"),
+			fb(SourceRateLimit, -1, 0, 30*time.Second, 0).limited().retry(45 * time.Second)},
+
+		// The structured fields, draft-07.
+		{"draft-07", 200, hdr("RateLimit", "limit=100, remaining=50, reset=5", "RateLimit-Policy", "100;w=10"),
+			fb(SourceRateLimit, 100, 50, 5*time.Second, 10*time.Second)},
+		{"draft-07 several policies", 200, hdr(
+			"RateLimit", "limit=50, remaining=0, reset=20", "RateLimit-Policy", "10;w=1, 50;w=60, 1000;w=3600"),
+			fb(SourceRateLimit, 50, 0, 20*time.Second, time.Minute)},
+
+		// The legacy fields, drafts 00 to 06.
+		{"legacy", 200, hdr("RateLimit-Limit", "100", "RateLimit-Remaining", "99", "RateLimit-Reset", "50"),
+			fb(SourceRateLimitLegacy, 100, 99, 50*time.Second, 0)},
+		{"legacy with policies", 200, hdr(
+			"RateLimit-Limit", "10, 10;w=1, 50;w=60", "RateLimit-Remaining", "1", "RateLimit-Reset", "1"),
+			fb(SourceRateLimitLegacy, 10, 1, time.Second, time.Second)},
+		{"legacy with RateLimit-Policy", 200, hdr(
+			"RateLimit-Limit", "100", "RateLimit-Remaining", "0", "RateLimit-Reset", "50", "RateLimit-Policy", "100;w=60"),
+			fb(SourceRateLimitLegacy, 100, 0, 50*time.Second, time.Minute)},
+		{"GitLab: epoch reset", 429, hdr(
+			"RateLimit-Limit", "60", "RateLimit-Remaining", "0", "RateLimit-Reset", epoch(40*time.Second),
+			"RateLimit-ResetTime", httpDate(40*time.Second), "Retry-After", "40"),
+			fb(SourceRateLimitLegacy, 60, 0, 39750*time.Millisecond, 0).limited().retry(40 * time.Second)},
+		{"GitLab: reset time only", 200, hdr(
+			"RateLimit-Remaining", "0", "RateLimit-ResetTime", httpDate(40*time.Second)),
+			fb(SourceRateLimitLegacy, -1, 0, 39750*time.Millisecond, 0)},
+
+		// OpenAI and Anthropic.
+		{"OpenAI", 200, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
+			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"),
+			fb(SourceOpenAI, 60, 59, time.Second, 0)},
+		{"OpenAI tokens exhausted", 429, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
+			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "6m0s"),
+			fb(SourceOpenAI, 150000, 0, 6*time.Minute, 0).limited()},
+		{"OpenAI partial", 200, hdr("x-ratelimit-remaining-requests", "3"), fb(SourceOpenAI, -1, 3, 0, 0)},
+		{"Anthropic", 429, hdr(
+			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "0",
+			"anthropic-ratelimit-requests-reset", "2025-06-01T12:00:30Z",
+			"anthropic-ratelimit-tokens-limit", "40000", "anthropic-ratelimit-tokens-remaining", "3000",
+			"anthropic-ratelimit-tokens-reset", "2025-06-01T12:01:00Z", "retry-after", "30"),
+			fb(SourceAnthropic, 50, 0, 29750*time.Millisecond, 0).limited().retry(30 * time.Second)},
+		{"Anthropic input tokens", 200, hdr(
+			"anthropic-ratelimit-input-tokens-limit", "1000", "anthropic-ratelimit-input-tokens-remaining", "0",
+			"anthropic-ratelimit-input-tokens-reset", "2025-06-01T12:00:05Z"),
+			fb(SourceAnthropic, 1000, 0, 4750*time.Millisecond, 0)},
+
+		// X-RateLimit-*.
+		{"GitHub", 200, hdr(
+			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4999", "X-RateLimit-Used", "1",
+			"X-RateLimit-Reset", epoch(time.Hour), "X-RateLimit-Resource", "core"),
+			fb(SourceXRateLimit, 5000, 4999, time.Hour-250*time.Millisecond, 0)},
+		{"GitHub primary limit: 403", 403, hdr(
+			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(10*time.Minute)),
+			fb(SourceXRateLimit, 5000, 0, 10*time.Minute-250*time.Millisecond, 0).limited()},
+		{"GitHub secondary limit: 403 Retry-After", 403, hdr(
+			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4000", "X-RateLimit-Reset", epoch(10*time.Minute),
+			"Retry-After", "60"),
+			fb(SourceXRateLimit, 5000, 4000, 10*time.Minute-250*time.Millisecond, 0).limited().retry(time.Minute)},
+		{"403 that is no rate limit", 403, hdr("X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4000"),
+			fb(SourceXRateLimit, 5000, 4000, 0, 0)},
+		{"GitHub: used without remaining", 200, hdr("X-RateLimit-Limit", "60", "X-RateLimit-Used", "61"),
+			fb(SourceXRateLimit, 60, 0, 0, 0)},
+		{"Discord: Reset-After preferred", 429, hdr(
+			"X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", strconv.FormatInt(testNow.Unix()+100, 10)+".123",
+			"X-RateLimit-Reset-After", "1.337", "X-RateLimit-Bucket", "abcd1234", "Retry-After", "2"),
+			fb(SourceXRateLimit, 5, 0, 1337*time.Millisecond, 0).limited().retry(2 * time.Second)},
+		{"Discord: epoch with millis", 200, hdr(
+			"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(testNow.Unix()+1, 10)+".123"),
+			fb(SourceXRateLimit, -1, 0, 873*time.Millisecond, 0)},
+		{"delta reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "12"),
+			fb(SourceXRateLimit, -1, 0, 12*time.Second, 0)},
+		{"epoch millis reset", 200, hdr("X-RateLimit-Remaining", "0",
+			"X-RateLimit-Reset", strconv.FormatInt(testNow.Add(1500*time.Millisecond).UnixMilli(), 10)),
+			fb(SourceXRateLimit, -1, 0, 1500*time.Millisecond, 0)},
+		{"epoch in the past", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Hour)),
+			fb(SourceXRateLimit, -1, 0, 0, 0)},
+		{"Whoop: windows in the limit", 200, hdr(
+			"X-RateLimit-Limit", "100, 100;window=60, 10000;window=86400", "X-RateLimit-Remaining", "98",
+			"X-RateLimit-Reset", "3"),
+			fb(SourceXRateLimit, 100, 98, 3*time.Second, time.Minute)},
+		{"Twitter: X-Rate-Limit", 429, hdr(
+			"x-rate-limit-limit", "900", "x-rate-limit-remaining", "0", "x-rate-limit-reset", epoch(15*time.Minute)),
+			fb(SourceXRateLimit, 900, 0, 15*time.Minute-250*time.Millisecond, 0).limited()},
+
+		// Shopify.
+		{"Shopify", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "32/40"), fb(SourceShopify, 40, 8, 0, 0)},
+		{"Shopify 429", 429, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"),
+			fb(SourceShopify, 40, 0, 0, 0).limited().retry(2 * time.Second)},
+		{"Shopify overfull", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "41/40"), fb(SourceShopify, 40, 0, 0, 0)},
+		{"Shopify garbage", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "lots"), none},
+	} {
+		checkFeedback(t, s)
+	}
+}
+
+func TestParseFeedbackPrecedence(t *testing.T) {
+	structured := []string{"RateLimit", `"default";r=1;t=10`, "RateLimit-Policy", `"default";q=10;w=60`}
+	legacy := []string{"RateLimit-Limit", "20", "RateLimit-Remaining", "2", "RateLimit-Reset", "20"}
+	openai := []string{"X-Ratelimit-Limit-Requests", "30", "X-Ratelimit-Remaining-Requests", "3", "X-Ratelimit-Reset-Requests", "30s"}
+	anthropic := []string{"Anthropic-Ratelimit-Requests-Limit", "35", "Anthropic-Ratelimit-Requests-Remaining", "35"}
+	x := []string{"X-Ratelimit-Limit", "40", "X-Ratelimit-Remaining", "4", "X-Ratelimit-Reset", "40"}
+	shopify := []string{"X-Shopify-Shop-Api-Call-Limit", "45/50"}
+	join := func(parts ...[]string) http.Header {
+		var kv []string
+		for _, p := range parts {
+			kv = append(kv, p...)
+		}
+		return hdr(kv...)
+	}
+	for _, s := range []feedbackStep{
+		{"all", 200, join(shopify, x, anthropic, openai, legacy, structured), fb(SourceRateLimit, 10, 1, 10*time.Second, time.Minute)},
+		{"no structured", 200, join(shopify, x, anthropic, openai, legacy), fb(SourceRateLimitLegacy, 20, 2, 20*time.Second, 0)},
+		{"no legacy", 200, join(shopify, x, anthropic, openai), fb(SourceOpenAI, 30, 3, 30*time.Second, 0)},
+		{"no OpenAI", 200, join(shopify, x, anthropic), fb(SourceAnthropic, 35, 35, 0, 0)},
+		{"no Anthropic", 200, join(shopify, x), fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
+		{"Shopify last", 200, join(shopify), fb(SourceShopify, 50, 5, 0, 0)},
+		// A family that states only a limit or a window yields to one
+		// that states what is left.
+		{"policy alone yields", 200, join([]string{"RateLimit-Policy", `"default";q=10;w=60`}, x),
+			fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
+		{"limit alone yields", 200, join([]string{"RateLimit-Limit", "20"}, shopify), fb(SourceShopify, 50, 5, 0, 0)},
+		{"limits alone: the first", 200, join([]string{"RateLimit-Limit", "20"}, []string{"X-RateLimit-Limit", "40"}),
+			fb(SourceRateLimitLegacy, 20, -1, 0, 0)},
+		// A malformed family is skipped as a whole.
+		{"malformed structured", 200, join([]string{"RateLimit", `"default";r=x;t=y`}, x),
+			fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
+		// Families are never mixed: the chosen one's unknowns stay unknown.
+		{"no mixing", 200, join([]string{"RateLimit", `"default";r=1`}, x), fb(SourceRateLimit, -1, 1, 0, 0)},
+	} {
+		checkFeedback(t, s)
+	}
+}
+
+func TestParseFeedbackHeaderNames(t *testing.T) {
+	want := fb(SourceXRateLimit, 10, 0, 5*time.Second, 0).limited().retry(7 * time.Second)
+	for _, h := range []http.Header{
+		hdr("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "5", "Retry-After", "7"),
+		hdr("x-ratelimit-limit", "10", "x-ratelimit-remaining", "0", "x-ratelimit-reset", "5", "retry-after", "7"),
+		hdr("X-RATELIMIT-LIMIT", "10", "X-RateLimit-Remaining", "0", "x-RateLimit-reset", "5", "RETRY-AFTER", "7"),
+		hdr("x-ratelimit-remaining", "0", "X-Ratelimit-Remaining", "3", "X-RateLimit-Limit", "10",
+			"X-Ratelimit-Reset", "5", "Retry-After", "7"), // merged: least remaining
+	} {
+		checkFeedback(t, feedbackStep{"names", 429, h, want})
+	}
+	// The caller's map is not modified.
+	h := hdr("x-ratelimit-remaining", "0", "X-Ratelimit-Remaining", "3")
+	ParseFeedback(200, h, testNow)
+	if len(h) != 2 || len(h["X-Ratelimit-Remaining"]) != 1 {
+		t.Errorf("ParseFeedback modified its header: %v", h)
+	}
+}
+
+func TestParseFeedbackMalformed(t *testing.T) {
+	none := fb(SourceNone, -1, -1, 0, 0)
+	for _, v := range []string{"", " ", "-1", "-0.5", "abc", "NaN", "+Inf", "1e9", "0x1F", "１", "\x00", "\"5\"", "5 5", ";", ","} {
+		checkFeedback(t, feedbackStep{"malformed " + strconv.Quote(v), 200, hdr(
+			"X-RateLimit-Limit", v, "X-RateLimit-Remaining", v, "X-RateLimit-Reset", v,
+			"X-RateLimit-Reset-After", v, "RateLimit-Limit", v, "RateLimit-Remaining", v, "RateLimit-Reset", v,
+			"X-Ratelimit-Remaining-Requests", v, "X-Ratelimit-Reset-Tokens", v, "Anthropic-Ratelimit-Tokens-Reset", v,
+			"X-Shopify-Shop-Api-Call-Limit", v, "Retry-After", v, "RateLimit", v, "RateLimit-Policy", v,
+		), none})
+	}
+	// Huge numbers clamp.
+	huge := "99999999999999999999999999999999999999"
+	checkFeedback(t, feedbackStep{"huge", 429, hdr(
+		"X-RateLimit-Limit", huge, "X-RateLimit-Remaining", huge, "X-RateLimit-Reset", huge, "Retry-After", huge),
+		fb(SourceXRateLimit, math.MaxInt64, math.MaxInt64, MaxStatedDuration, 0).limited().retry(MaxStatedDuration)})
+	// A malformed value next to a good one in the same field is skipped.
+	checkFeedback(t, feedbackStep{"mixed lines", 200, hdr(
+		"X-RateLimit-Remaining", "x", "X-RateLimit-Remaining", "4", "X-RateLimit-Reset", "-3", "X-RateLimit-Reset", "9"),
+		fb(SourceXRateLimit, -1, 4, 9*time.Second, 0)})
+}
+
+type pauseStep struct {
+	name    string
+	f       Feedback
+	backoff time.Duration
+	max     time.Duration
+	want    time.Duration
+}
+
+func checkPause(t *testing.T, s pauseStep) {
+	t.Helper()
+	if got := s.f.PauseFor(s.backoff, s.max); got != s.want {
+		t.Errorf("%s: %+v.PauseFor(%v, %v) = %v, want %v", s.name, s.f, s.backoff, s.max, got, s.want)
+	}
+}
+
+func TestPauseFor(t *testing.T) {
+	const backoff, maxPause = time.Second, 10 * time.Minute
+	none := fb(SourceNone, -1, -1, 0, 0)
+	exhausted := fb(SourceXRateLimit, 10, 0, 30*time.Second, 0)
+	for _, s := range []pauseStep{
+		{"OK", none, backoff, maxPause, 0},
+		{"limited, nothing said", none.limited(), backoff, maxPause, backoff},
+		{"limited, Retry-After", none.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
+		{"Retry-After over Reset", exhausted.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
+		{"limited, Reset", exhausted.limited(), backoff, maxPause, 30 * time.Second},
+		{"limited, Retry-After 0, Reset", exhausted.limited().retry(0), backoff, maxPause, 30 * time.Second},
+		{"limited, Retry-After 0", none.limited().retry(0), backoff, maxPause, backoff},
+		{"limited, quota left", fb(SourceXRateLimit, 10, 3, 30*time.Second, 0).limited(), backoff, maxPause, backoff},
+		{"limited, exhausted without reset", fb(SourceXRateLimit, 10, 0, 0, 0).limited(), backoff, maxPause, backoff},
+		{"OK, exhausted", exhausted, backoff, maxPause, 30 * time.Second},
+		{"OK, exhausted without reset", fb(SourceXRateLimit, 10, 0, 0, 0), backoff, maxPause, 0},
+		{"OK, quota left", fb(SourceXRateLimit, 10, 1, 30*time.Second, 0), backoff, maxPause, 0},
+		{"OK, Retry-After ignored", none.retry(time.Minute), backoff, maxPause, 0},
+		{"capped", none.limited().retry(time.Hour), backoff, maxPause, maxPause},
+		{"capped reset", fb(SourceXRateLimit, 10, 0, time.Hour, 0), backoff, maxPause, maxPause},
+		{"capped backoff", none.limited(), time.Hour, maxPause, maxPause},
+		{"no cap", none.limited().retry(time.Hour), backoff, 0, time.Hour},
+		{"negative cap", none.limited().retry(time.Hour), backoff, -time.Second, time.Hour},
+		{"cap above the maximum", none.limited().retry(MaxStatedDuration), backoff, math.MaxInt64, MaxStatedDuration},
+		{"rounded up", none.limited().retry(1500*time.Microsecond + 1), backoff, maxPause, 2 * time.Millisecond},
+		{"rounded up reset", fb(SourceXRateLimit, 10, 0, time.Nanosecond, 0), backoff, maxPause, time.Millisecond},
+		{"rounded up backoff", none.limited(), time.Nanosecond, maxPause, time.Millisecond},
+		{"cap not a multiple", none.limited().retry(time.Hour), backoff, 1500 * time.Microsecond, 1500 * time.Microsecond},
+		{"negative backoff", none.limited(), -time.Second, maxPause, 0},
+		{"absurd Retry-After", none.limited().retry(math.MaxInt64), backoff, maxPause, maxPause},
+		{"absurd Retry-After, no cap", none.limited().retry(math.MaxInt64), backoff, 0, MaxStatedDuration},
+		{"negative Retry-After", none.limited().retry(math.MinInt64), backoff, maxPause, backoff},
+		{"negative reset", fb(SourceXRateLimit, 10, 0, -time.Second, 0), backoff, maxPause, 0},
+		{"absurd reset", fb(SourceXRateLimit, 10, 0, math.MaxInt64, 0).limited(), backoff, maxPause, maxPause},
+	} {
+		checkPause(t, s)
+	}
+}
+
+// TestPauseForFromHeaders runs whole responses through both steps, as
+// Transport does.
+func TestPauseForFromHeaders(t *testing.T) {
+	for _, s := range []struct {
+		name   string
+		status int
+		h      http.Header
+		want   time.Duration
+	}{
+		{"Shopify 429", 429, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"), 2 * time.Second},
+		{"GitHub primary", 403, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(90*time.Second)), 89750 * time.Millisecond},
+		{"GitHub secondary", 403, hdr("X-RateLimit-Remaining", "10", "Retry-After", "60"), time.Minute},
+		{"GitHub OK, exhausted", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(90*time.Second)), 89750 * time.Millisecond},
+		{"Discord 429", 429, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "0.0625"), 63 * time.Millisecond},
+		{"OpenAI 429", 429, hdr("X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "20ms"), 20 * time.Millisecond},
+		{"structured 429", 429, hdr("RateLimit", `"default";r=0;t=30`), 30 * time.Second},
+		{"503 without Retry-After", 503, hdr(), 0},
+		{"503 with Retry-After", 503, hdr("Retry-After", "120"), 2 * time.Minute},
+		{"429 date past", 429, hdr("Retry-After", httpDate(-time.Minute)), time.Second},
+		{"429 huge", 429, hdr("Retry-After", "1e99999"), time.Second},
+		{"429 absurd", 429, hdr("Retry-After", "99999999999999999999999"), 10 * time.Minute},
+		{"500", 500, hdr(), 0},
+	} {
+		got := ParseFeedback(s.status, s.h, testNow).PauseFor(time.Second, 10*time.Minute)
+		if got != s.want {
+			t.Errorf("%s: pause %v, want %v", s.name, got, s.want)
+		}
+	}
+}
+
+func TestDecimalTimes(t *testing.T) {
+	for _, s := range []struct {
+		in   string
+		unit time.Duration
+		want time.Duration
+	}{
+		{"1", time.Nanosecond, time.Nanosecond},
+		{"0.5", time.Nanosecond, time.Nanosecond},
+		{"1.999999999", time.Second, 1999999999},
+		{"1.9999999991", time.Second, 2 * time.Second},
+		{"0.000000001", 24 * time.Hour, 86400},
+		{"0.999999999", 24 * time.Hour, 24*time.Hour - 86400},
+		{"31", 24 * time.Hour, MaxStatedDuration},
+		{"30.9999999999", 24 * time.Hour, MaxStatedDuration - 86399},
+		{"18446744073709551615", time.Nanosecond, MaxStatedDuration},
+		{"18446744073709551616", time.Hour, MaxStatedDuration},
+	} {
+		d, n, ok := scanDecimal(s.in)
+		if !ok || n != len(s.in) {
+			t.Fatalf("scanDecimal(%q) = %+v, %d, %v", s.in, d, n, ok)
+		}
+		if got := d.times(s.unit); got != s.want {
+			t.Errorf("%q × %v = %v, want %v", s.in, s.unit, got, s.want)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package downstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// HTTPJobType is the job type of the built-in outbound HTTP call.
+const HTTPJobType = "sluice.http"
+
+// HTTPRequest is the payload of an HTTPJobType job.
+type HTTPRequest struct {
+	// Method is the HTTP method; default GET.
+	Method string `json:"method,omitempty"`
+	// URL must lie under the base URL of the job's downstream.
+	URL string `json:"url"`
+	// Header fields to send.
+	Header map[string]string `json:"header,omitempty"`
+	// Body to send.
+	Body string `json:"body,omitempty"`
+}
+
+// HTTPTarget is what the worker knows of a job's downstream.
+type HTTPTarget struct {
+	// Limit is the downstream's pace (to pause it after a 429).
+	Limit throttle.Limit
+	// PerTenant: the job's throttle key includes its tenant.
+	PerTenant bool
+	// Timeout bounds the request; default 30s.
+	Timeout time.Duration
+}
+
+// HTTPJob runs HTTPJobType jobs: it sends the request through a Transport
+// (the worker has taken the job's slot already, so the Transport only
+// reads the response's limits) and maps the answer onto the queue:
+//
+//   - 2xx: done;
+//   - 429, or 503: the downstream is paused fleet-wide (by Retry-After, or
+//     the RateLimit fields, or DefaultBackoff) and the job rescheduled for
+//     then, spending no retry;
+//   - other 5xx and network errors: retried with backoff;
+//   - other 4xx: archived, with the status and the start of the body in
+//     the error.
+//
+// A job may only call a URL under its downstream's base URL (Resolve
+// refuses others), so that whoever can enqueue cannot make the workers
+// reach arbitrary hosts.
+type HTTPJob struct {
+	// Resolve returns the job's downstream for its URL, or an error when
+	// the URL is not under the downstream's base URL. Required.
+	Resolve func(job *queue.Job, rawURL string) (HTTPTarget, error)
+	// Throttle receives pauses. Required.
+	Throttle *throttle.Throttle
+	// Base sends the requests; default http.DefaultTransport.
+	Base http.RoundTripper
+	// Metrics counts responses; nil for none.
+	Metrics *Metrics
+}
+
+// maxErrorBody is how much of an error response is kept in the error.
+const maxErrorBody = 512
+
+// ProcessJob sends the job's request.
+func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
+	var req HTTPRequest
+	if err := json.Unmarshal(job.Payload, &req); err != nil {
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: payload is not an HTTP request: %v", HTTPJobType, job.ID, err))
+	}
+	if req.URL == "" {
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", HTTPJobType, job.ID))
+	}
+	target, err := h.Resolve(job, req.URL)
+	if err != nil {
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	timeout := target.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(WithSlotTaken(ctx), timeout)
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, method, req.URL, strings.NewReader(req.Body))
+	if err != nil {
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
+	}
+	for k, v := range req.Header {
+		hr.Header.Set(k, v)
+	}
+	key := queue.ThrottleKey(job, target.PerTenant)
+	tr := &Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
+	resp, err := tr.RoundTrip(hr)
+	if err != nil {
+		// The URL may carry credentials: say only where it went.
+		return fmt.Errorf("sluice: %s job %s to %s: %w", HTTPJobType, job.ID, hr.URL.Host, redact(err, req.URL))
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		fb := ParseFeedback(code, resp.Header, time.Now())
+		return queue.Reschedule(fb.PauseFor(DefaultBackoff, DefaultMaxPause), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+	case code >= 500:
+		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", HTTPJobType, job.ID, code, hr.URL.Host)
+	default:
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", HTTPJobType, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
+	}
+}
+
+// redact removes the full URL (which may hold credentials or tokens in
+// its query) from err's text.
+func redact(err error, rawURL string) error {
+	msg := err.Error()
+	if !strings.Contains(msg, rawURL) {
+		return err
+	}
+	return &redacted{msg: strings.ReplaceAll(msg, rawURL, "<url>"), err: err}
+}
+
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }

@@ -1,0 +1,195 @@
+package downstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Defaults of Transport.
+const (
+	// DefaultBackoff is the pause after a 429 or 503 that says nothing of
+	// when to come back.
+	DefaultBackoff = time.Second
+	// DefaultMaxPause caps any pause a downstream asks for.
+	DefaultMaxPause = 10 * time.Minute
+)
+
+// Transport is an http.RoundTripper that paces requests through a shared
+// throttle: before each request it waits for the key's next slot
+// (fleet-wide), and after each response it reads what the downstream says
+// of its limits (429, 503, Retry-After, RateLimit and X-RateLimit fields)
+// and pauses the whole fleet on that key when asked to.
+//
+// A request whose slot is further away than the Limit's MaxWait fails with
+// an error wrapping *throttle.TooFarError (errors.As finds it through
+// *url.Error); a request made with Redis unreachable fails with
+// throttle.ErrUnavailable unless the Throttle has a fallback.
+type Transport struct {
+	// Base performs the requests; default http.DefaultTransport.
+	Base http.RoundTripper
+	// Throttle paces the requests. Required.
+	Throttle *throttle.Throttle
+	// Limit is the downstream's pace; its Name labels metrics.
+	Limit throttle.Limit
+	// Concurrency, when set, caps the requests in flight fleet-wide; the
+	// slot is held until the response body is closed.
+	Concurrency *throttle.Concurrency
+	// Key returns the throttle key of a request; default the request's
+	// host. Per-account quotas key by account.
+	Key func(*http.Request) string
+	// Cost returns a request's cost in quota units; default 1.
+	Cost func(*http.Request) int64
+	// DefaultBackoff and MaxPause bound the pauses (defaults
+	// DefaultBackoff and DefaultMaxPause).
+	DefaultBackoff, MaxPause time.Duration
+	// Metrics counts responses by code; nil for none.
+	Metrics *Metrics
+}
+
+type slotTakenKey struct{}
+
+// WithSlotTaken marks ctx as carrying a request whose throttle slot was
+// taken already (the queue's worker takes it before a job runs), so that
+// Transport does not take a second one; it still reads the response's
+// limits and pauses the key.
+func WithSlotTaken(ctx context.Context) context.Context {
+	return context.WithValue(ctx, slotTakenKey{}, true)
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) key(req *http.Request) string {
+	if t.Key != nil {
+		return t.Key(req)
+	}
+	return req.URL.Host
+}
+
+// RoundTrip takes a slot, sends req, and feeds the response's limits back
+// into the throttle.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Throttle == nil {
+		return nil, errors.New("sluice: downstream.Transport: nil Throttle")
+	}
+	ctx := req.Context()
+	key := t.key(req)
+	var lease *throttle.Lease
+	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
+		if t.Concurrency != nil {
+			var err error
+			if lease, err = t.Throttle.Acquire(ctx, key, *t.Concurrency); err != nil {
+				closeBody(req)
+				return nil, err
+			}
+		}
+		n := int64(1)
+		if t.Cost != nil {
+			n = t.Cost(req)
+		}
+		if _, err := t.Throttle.Wait(ctx, key, t.Limit, n); err != nil {
+			release(lease)
+			closeBody(req)
+			return nil, err
+		}
+	}
+	resp, err := t.base().RoundTrip(req)
+	if err != nil {
+		release(lease)
+		t.Metrics.observe(t.Limit.Name, "error")
+		return nil, err
+	}
+	t.Metrics.observe(t.Limit.Name, strconv.Itoa(resp.StatusCode))
+	t.Feedback(ctx, key, resp)
+	if lease != nil {
+		resp.Body = &releasingBody{ReadCloser: resp.Body, lease: lease}
+	}
+	return resp, nil
+}
+
+// Feedback reads resp's limits and pauses key when the downstream asks for
+// a pause. It returns the pause set (0 for none).
+func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Response) time.Duration {
+	backoff, maxPause := t.DefaultBackoff, t.MaxPause
+	if backoff <= 0 {
+		backoff = DefaultBackoff
+	}
+	if maxPause <= 0 {
+		maxPause = DefaultMaxPause
+	}
+	fb := ParseFeedback(resp.StatusCode, resp.Header, time.Now())
+	d := fb.PauseFor(backoff, maxPause)
+	if d <= 0 {
+		return 0
+	}
+	if _, err := t.Throttle.Pause(context.WithoutCancel(ctx), key, t.Limit, d); err != nil && !errors.Is(err, throttle.ErrUnavailable) {
+		return 0
+	}
+	return d
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+func release(l *throttle.Lease) {
+	if l != nil {
+		l.Release(context.Background())
+	}
+}
+
+// releasingBody gives the concurrency slot back when the body is closed.
+type releasingBody struct {
+	io.ReadCloser
+	lease *throttle.Lease
+	once  sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { release(b.lease) })
+	return err
+}
+
+// Metrics counts downstream responses.
+type Metrics struct {
+	responses *prometheus.CounterVec
+}
+
+// NewMetrics creates and registers (when reg is not nil)
+// sluice_downstream_responses_total{downstream,code}; code is the HTTP
+// status, or "error" for a request that got no response.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_downstream_responses_total",
+		Help: "Responses from downstream APIs by status code (\"error\": no response).",
+	}, []string{"downstream", "code"})}
+	if reg != nil {
+		reg.MustRegister(m.responses)
+	}
+	return m
+}
+
+func (m *Metrics) observe(name, code string) {
+	if m != nil {
+		if name == "" {
+			name = "default"
+		}
+		m.responses.WithLabelValues(name, code).Inc()
+	}
+}

@@ -1,0 +1,260 @@
+// Package workercmd is the sluice worker process: flags, environment and
+// policy file in; the queue's workers, the dispatcher, the HTTP enqueue
+// endpoint, Prometheus /metrics and /healthz out. cmd/worker's main only
+// calls Main.
+package workercmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// options are the worker's settings, from flags and environment.
+type options struct {
+	redisURL, redisCluster, policy, listen string
+	concurrency                            int
+	fallback                               float64
+	shutdown                               time.Duration
+	demo                                   bool
+	demoFor                                time.Duration
+	demoRate                               int64
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.redisURL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redisCluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY", ""), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
+	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
+	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
+	fs.Float64Var(&o.fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM lets running jobs finish")
+	fs.BoolVar(&o.demo, "demo", false, "run the whole system in this process: embedded Redis, a fake downstream with a quota, producers and workers")
+	fs.DurationVar(&o.demoFor, "demo-duration", 20*time.Second, "how long the demo runs (0: until interrupted)")
+	fs.Int64Var(&o.demoRate, "demo-quota", 50, "the demo downstream's quota, calls per second")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !o.demo && o.policy == "" {
+		return o, errors.New("-policy is required (or -demo)")
+	}
+	if o.concurrency < 1 {
+		return o, fmt.Errorf("-concurrency must be at least 1, got %d", o.concurrency)
+	}
+	return o, nil
+}
+
+// Main runs the worker until ctx is done or SIGINT/SIGTERM, and returns
+// the process's exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if o.demo {
+		return runDemo(ctx, o, stdout, stderr)
+	}
+	cfg, err := config.Load(o.policy)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 2
+	}
+	client, closeRedis, err := connect(ctx, o.redisURL, o.redisCluster, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 1
+	}
+	defer closeRedis()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	w, err := newWorker(client, cfg, o, log, prometheus.NewRegistry())
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 1
+	}
+	if err := w.run(ctx); err != nil {
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// worker is one running worker process.
+type worker struct {
+	client   redis.UniversalClient
+	cfg      *config.Config
+	o        options
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	th       *throttle.Throttle
+	producer *queue.Producer
+	server   *queue.Server
+	http     *http.Server
+	ln       net.Listener
+	handlers *queue.ServeMux
+}
+
+func queueConfig(cfg *config.Config) queue.Config {
+	return queue.Config{
+		Queue:       cfg.Queue.Name,
+		Bound:       cfg.Queue.Bound,
+		TenantBound: cfg.Queue.TenantBound,
+		MaxPayload:  int(cfg.Queue.MaxPayload),
+		Tenants: func(id string) queue.TenantPolicy {
+			t, ok := cfg.TenantPolicy(id)
+			if !ok {
+				return queue.TenantPolicy{}
+			}
+			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight}
+		},
+	}
+}
+
+func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
+	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.fallback, Metrics: throttle.NewMetrics(reg), Logger: log, Subscribe: true})
+	if err != nil {
+		return nil, err
+	}
+	qc := queueConfig(cfg)
+	if w.producer, err = queue.NewProducer(client, qc); err != nil {
+		return nil, err
+	}
+	dsMetrics := downstream.NewMetrics(reg)
+	downstreams := func(name string) (queue.Downstream, bool) {
+		d, ok := cfg.Downstreams[name]
+		if !ok {
+			return queue.Downstream{}, false
+		}
+		return queue.Downstream{Limit: d.Limit, Concurrency: d.Concurrency, PerTenant: d.PerTenant}, true
+	}
+	w.server, err = queue.NewServer(client, queue.ServerConfig{
+		Config:          qc,
+		Concurrency:     o.concurrency,
+		Prefetch:        cfg.Queue.Prefetch,
+		Throttle:        w.th,
+		Downstreams:     downstreams,
+		ShutdownTimeout: o.shutdown,
+		Logger:          log,
+		Metrics:         queue.NewMetrics(reg, cfg.Queue.Name),
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := client.Ping(ctx).Err(); err != nil {
+			http.Error(rw, "redis: unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
+	w.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	w.ln, err = net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
+	}
+	if tcp, ok := w.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
+		log.Warn("sluice: the HTTP endpoints (including POST /enqueue) listen beyond loopback; put them behind something that authenticates", "addr", w.ln.Addr().String())
+	}
+	w.handlers = w.mux(dsMetrics)
+	return w, nil
+}
+
+// mux returns the worker's handlers: the built-in HTTP job.
+func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
+	mux := queue.NewServeMux()
+	mux.Handle(downstream.HTTPJobType, &downstream.HTTPJob{
+		Throttle: w.th,
+		Metrics:  m,
+		Resolve: func(job *queue.Job, rawURL string) (downstream.HTTPTarget, error) {
+			d, ok := w.cfg.Downstreams[job.Downstream]
+			if !ok {
+				return downstream.HTTPTarget{}, fmt.Errorf("downstream %q is not in the policy file", job.Downstream)
+			}
+			got, err := w.cfg.DownstreamFor(rawURL)
+			if err != nil {
+				return downstream.HTTPTarget{}, err
+			}
+			if got.Name != d.Name {
+				return downstream.HTTPTarget{}, fmt.Errorf("the url belongs to downstream %q, not %q", got.Name, d.Name)
+			}
+			return downstream.HTTPTarget{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout}, nil
+		},
+	})
+	return mux
+}
+
+// run serves until ctx is done, then shuts down gracefully: the HTTP
+// endpoint stops taking jobs, the dispatcher stops, running jobs get the
+// shutdown timeout to finish and the rest return to the queue.
+func (w *worker) run(ctx context.Context) error {
+	if err := w.server.Start(w.handlers); err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if err := w.http.Serve(w.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	w.log.Info("sluice worker stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.http.Shutdown(sctx)
+	w.server.Shutdown()
+	w.th.Close()
+	return err
+}
+
+// Addr returns where the HTTP endpoints listen.
+func (w *worker) Addr() string { return w.ln.Addr().String() }

@@ -1,0 +1,145 @@
+package queue
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
+
+// EnqueueRequest is the JSON body of the HTTP enqueue endpoint.
+type EnqueueRequest struct {
+	ID         string          `json:"id,omitempty"`
+	Tenant     string          `json:"tenant"`
+	Type       string          `json:"type"`
+	Payload    json.RawMessage `json:"payload,omitempty"` // any JSON value, stored as its text
+	Downstream string          `json:"downstream,omitempty"`
+	Cost       int64           `json:"cost,omitempty"`
+	MaxRetry   int             `json:"max_retry,omitempty"`
+	Timeout    string          `json:"timeout,omitempty"` // a Go duration, e.g. "30s"
+}
+
+// EnqueueResponse is the JSON body of every answer of the endpoint.
+type EnqueueResponse struct {
+	ID         string  `json:"id,omitempty"`
+	Depth      int64   `json:"depth,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	Reason     string  `json:"reason,omitempty"` // invalid, rate_limited, queue_full, tenant_full, unavailable
+	RetryAfter float64 `json:"retry_after,omitempty"`
+}
+
+// HTTPHandler returns the HTTP enqueue endpoint for p, so that services in
+// any language can produce. It accepts POST with an EnqueueRequest and
+// answers:
+//
+//   - 202 Accepted with the job's id;
+//   - 400 with a JSON error for a bad request;
+//   - 429 with Retry-After, RateLimit-Policy and RateLimit (IETF
+//     draft-ietf-httpapi-ratelimit-headers) and X-RateLimit-Limit,
+//     -Remaining and -Reset when the tenant's admission policy refuses;
+//   - 503 with Retry-After when the queue or the tenant's backlog is full,
+//     or Redis cannot be reached.
+//
+// Admitted answers carry the RateLimit fields too when the tenant has a
+// policy. Mount it where you like; bind it to loopback unless the network
+// in front of it is trusted.
+func HTTPHandler(p *Producer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			reply(w, http.StatusMethodNotAllowed, EnqueueResponse{Error: "use POST", Reason: "invalid"})
+			return
+		}
+		limit := int64(p.cfg.MaxPayload) + MaxTenantLen + 64<<10
+		var req EnqueueRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + jsonError(err, limit), Reason: "invalid"})
+			return
+		}
+		if dec.More() {
+			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: one JSON object expected", Reason: "invalid"})
+			return
+		}
+		job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
+		if len(req.Payload) > 0 {
+			job.Payload = []byte(req.Payload)
+		}
+		if req.Timeout != "" {
+			d, err := time.ParseDuration(req.Timeout)
+			if err != nil {
+				reply(w, http.StatusBadRequest, EnqueueResponse{Error: "timeout: " + err.Error(), Reason: "invalid"})
+				return
+			}
+			job.Timeout = d
+		}
+		rc, err := p.Enqueue(r.Context(), job)
+		var rl *RateLimitedError
+		var qf *QueueFullError
+		switch {
+		case err == nil:
+			if rc.Policy != nil {
+				rateLimitHeaders(w.Header(), *rc.Policy, rc.Decision)
+			}
+			reply(w, http.StatusAccepted, EnqueueResponse{ID: rc.ID, Depth: rc.Depth})
+		case errors.As(err, &rl):
+			rateLimitHeaders(w.Header(), rl.Policy, rl.Decision)
+			w.Header().Set("Retry-After", seconds(rl.Decision.RetryAfter))
+			reply(w, http.StatusTooManyRequests, EnqueueResponse{Error: err.Error(), Reason: "rate_limited", RetryAfter: rl.Decision.RetryAfter.Seconds()})
+		case errors.As(err, &qf):
+			reason := "queue_full"
+			if qf.Tenant != "" {
+				reason = "tenant_full"
+			}
+			w.Header().Set("Retry-After", "1")
+			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: err.Error(), Reason: reason, Depth: qf.Depth, RetryAfter: 1})
+		case errors.Is(err, ErrInvalidJob):
+			reply(w, http.StatusBadRequest, EnqueueResponse{Error: err.Error(), Reason: "invalid"})
+		default:
+			w.Header().Set("Retry-After", "1")
+			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "the queue is unavailable; retry", Reason: "unavailable", RetryAfter: 1})
+		}
+	})
+}
+
+func jsonError(err error, limit int64) string {
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return fmt.Sprintf("larger than %d bytes", limit)
+	}
+	if errors.Is(err, io.EOF) {
+		return "empty"
+	}
+	return err.Error()
+}
+
+func reply(w http.ResponseWriter, code int, body EnqueueResponse) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(body)
+}
+
+// seconds formats d as whole seconds, rounded up: a client that waits
+// that long is never early.
+func seconds(d time.Duration) string {
+	return strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)
+}
+
+// rateLimitHeaders sets the IETF RateLimit-Policy and RateLimit fields and
+// the common X-RateLimit-* ones from a decision.
+func rateLimitHeaders(h http.Header, p algorithms.Policy, d algorithms.Decision) {
+	window := seconds(p.Period)
+	reset := seconds(d.ResetAfter)
+	h.Set("RateLimit-Policy", fmt.Sprintf(`"tenant";q=%d;w=%s`, p.Limit, window))
+	h.Set("RateLimit", fmt.Sprintf(`"tenant";r=%d;t=%s`, d.Remaining, reset))
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+	h.Set("X-RateLimit-Reset", reset)
+}

@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
+
+func TestHTTPEndpoint(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	pol := algorithms.Policy{Algorithm: algorithms.SlidingWindowLog, Limit: 2, Period: time.Minute}
+	p, err := NewProducer(client, Config{Bound: 3, MaxPayload: 64, Tenants: func(tenant string) TenantPolicy {
+		if tenant == "limited" {
+			return TenantPolicy{Admission: &pol}
+		}
+		return TenantPolicy{}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(HTTPHandler(p))
+	defer srv.Close()
+	post := func(body string) (*http.Response, EnqueueResponse) {
+		t.Helper()
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r EnqueueResponse
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatalf("%s: undecodable answer: %v", body, err)
+		}
+		return resp, r
+	}
+	steps := []struct {
+		body    string
+		code    int
+		reason  string
+		headers map[string]string
+	}{
+		{`{"tenant":"limited","type":"x","payload":{"a":1}}`, 202, "", map[string]string{
+			"RateLimit-Policy": `"tenant";q=2;w=60`, "RateLimit": `"tenant";r=1;t=60`,
+			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "60"}},
+		{`{"tenant":"limited","type":"x"}`, 202, "", nil},
+		{`{"tenant":"limited","type":"x"}`, 429, "rate_limited", map[string]string{
+			"Retry-After": "60", "RateLimit": `"tenant";r=0;t=60`, "X-RateLimit-Remaining": "0"}},
+		{`{"tenant":"other","type":"x"}`, 202, "", nil},
+		{`{"tenant":"other","type":"x"}`, 503, "queue_full", map[string]string{"Retry-After": "1"}},
+		{`{"tenant":"other"}`, 400, "invalid", nil},
+		{`{"tenant":"other","type":"x","bogus":1}`, 400, "invalid", nil},
+		{`not json`, 400, "invalid", nil},
+		{`{"tenant":"a","type":"x","payload":"` + strings.Repeat("x", 70) + `"}`, 400, "invalid", nil},
+		{`{"tenant":"a","type":"x"} {"again":1}`, 400, "invalid", nil},
+		{strings.Repeat(" ", 2<<20), 400, "invalid", nil},
+	}
+	for i, s := range steps {
+		resp, r := post(s.body)
+		if resp.StatusCode != s.code || r.Reason != s.reason {
+			t.Fatalf("step %d: %d %+v; want %d %q", i, resp.StatusCode, r, s.code, s.reason)
+		}
+		for k, v := range s.headers {
+			if got := resp.Header.Get(k); got != v {
+				t.Errorf("step %d: %s = %q, want %q", i, k, got, v)
+			}
+		}
+	}
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
