@@ -228,25 +228,34 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			}
 			defer lease.Release(context.WithoutCancel(ctx))
 		}
-		r, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
-		var far *throttle.TooFarError
-		if errors.As(err, &far) {
-			s.cfg.Metrics.throttled(d.Limit.Name)
-			return s.putBack(ctx, t, job, enc, far.RetryAfter, "throttled")
+		// Reserve the slot, count the job started while the slot comes
+		// near (hiding that round trip from the call's timing), then wait.
+		for {
+			r, err := s.cfg.Throttle.Reserve(ctx, key, d.Limit, job.cost())
+			if err != nil {
+				// Redis unreachable (fail closed) or shutting down: asynq
+				// retries later without counting a failure.
+				return fmt.Errorf("%w: %v", errNotFailure, err)
+			}
+			if !r.OK {
+				s.cfg.Metrics.throttled(d.Limit.Name)
+				return s.putBack(ctx, t, job, enc, r.RetryAfter, "throttled")
+			}
+			if err := s.markStarted(ctx, job, enc); err != nil {
+				s.cfg.Throttle.Cancel(context.WithoutCancel(ctx), r)
+				return err
+			}
+			ok, err := s.cfg.Throttle.Await(ctx, r)
+			if err != nil {
+				return fmt.Errorf("%w: %v", errNotFailure, err)
+			}
+			if ok {
+				break
+			}
+			// A pause announced while we slept covers the slot: book again.
 		}
-		if err != nil {
-			// Redis unreachable (fail closed) or shutting down: asynq
-			// retries later without counting a failure.
-			return fmt.Errorf("%w: %v", errNotFailure, err)
-		}
-		_ = r
-	}
-	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth}, job.ID, enc).Int()
-	if err != nil {
-		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
-	}
-	if started == 1 {
-		s.cfg.Metrics.started(job)
+	} else if err := s.markStarted(ctx, job, enc); err != nil {
+		return err
 	}
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
@@ -260,6 +269,19 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	return err
+}
+
+// markStarted counts job out of the queue's depth: its handler starts
+// (idempotent: a retried job was counted out already).
+func (s *Server) markStarted(ctx context.Context, job *Job, enc string) error {
+	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth}, job.ID, enc).Int()
+	if err != nil {
+		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
+	}
+	if started == 1 {
+		s.cfg.Metrics.started(job)
+	}
+	return nil
 }
 
 // putBack returns job to the head of its tenant's list, its tenant asleep

@@ -379,9 +379,15 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 	}
 }
 
-// await sleeps until r's slot. It reports false if a pause announced in
-// the meantime covers the slot (the slot must not be used), and ctx's
-// error, after cancelling r, if ctx ends first.
+// Await sleeps until r's slot, for callers that Reserve, do some work
+// while the slot approaches, and then wait for it. It reports false if a
+// pause announced in the meantime covers the slot: the slot must not be
+// used; reserve again. If ctx ends first it cancels r (when it can) and
+// returns ctx's error.
+func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
+	return t.await(ctx, r)
+}
+
 func (t *Throttle) await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
 	if !t.sleepUntil(ctx, r.key, due) {

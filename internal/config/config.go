@@ -1,0 +1,181 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// Defaults applied to fields that a policy file leaves out.
+const (
+	// DefaultQueueName is queue.name's default.
+	DefaultQueueName = "default"
+	// DefaultPrefetch is queue.prefetch's default.
+	DefaultPrefetch = 64
+	// DefaultMaxPayload is queue.max_payload's default: 1 MiB.
+	DefaultMaxPayload = 1 << 20
+	// DefaultPer is a downstream's default per.
+	DefaultPer = time.Second
+	// DefaultBurst is a downstream's default burst: calls evenly spaced.
+	DefaultBurst = 1
+	// DefaultMaxWait is a downstream's default max_wait.
+	DefaultMaxWait = 10 * time.Second
+	// DefaultLease is a downstream's default lease.
+	DefaultLease = 30 * time.Second
+	// DefaultTimeout is a downstream's default timeout.
+	DefaultTimeout = 30 * time.Second
+	// DefaultWeight is a tenant's default weight.
+	DefaultWeight = 1
+	// DefaultTenant is the tenants key that applies to tenants not listed.
+	DefaultTenant = "default"
+)
+
+// Limits on the values of a policy file. Values beyond them are errors:
+// they are typos (an extra zero), not configurations.
+const (
+	// MaxFileSize is the largest policy file accepted, in bytes.
+	MaxFileSize = 16 << 20
+	// MaxNameLen is the longest queue or downstream name, in bytes.
+	MaxNameLen = 64
+	// MaxTenantIDLen is the longest tenant id, in bytes; the same as
+	// queue.MaxTenantLen.
+	MaxTenantIDLen = 1024
+	// MaxBound is the largest queue.bound and queue.tenant_bound.
+	MaxBound = int64(1) << 40
+	// MaxPrefetch is the largest queue.prefetch.
+	MaxPrefetch = 1_000_000
+	// MaxPayloadLimit is the largest queue.max_payload: 64 MiB.
+	MaxPayloadLimit = 64 << 20
+	// MaxConcurrency is the largest downstream concurrency.
+	MaxConcurrency = 1_000_000
+	// MaxDuration bounds max_wait, lease and timeout.
+	MaxDuration = 24 * time.Hour
+	// MaxWeight is the largest tenant weight.
+	MaxWeight = 100
+)
+
+// Config is a parsed and validated policy file. Every default is filled
+// in: a Config from Parse or Load needs no further checking.
+type Config struct {
+	// Queue is the queue section.
+	Queue Queue
+	// Downstreams are the downstream APIs by name; never nil.
+	Downstreams map[string]Downstream
+	// Tenants are the tenants' policies by id, including DefaultTenant
+	// when the file has it; never nil.
+	Tenants map[string]Tenant
+}
+
+// Queue is the queue section: the waiting room's name and bounds.
+type Queue struct {
+	// Name is the asynq queue's name: 1 to 64 bytes of [A-Za-z0-9_.-].
+	Name string
+	// Bound is the most jobs waiting (enqueued, not yet started). At
+	// least 1.
+	Bound int64
+	// TenantBound is the most jobs waiting per tenant; 0 for no
+	// per-tenant bound. At most Bound.
+	TenantBound int64
+	// Prefetch is the most jobs handed to asynq but not started,
+	// fleet-wide.
+	Prefetch int
+	// MaxPayload is the largest job payload, in bytes.
+	MaxPayload int64
+}
+
+// Downstream is one third-party API that jobs call, and how the fleet
+// paces its calls.
+type Downstream struct {
+	// Name is the downstream's key in the file.
+	Name string
+	// BaseURL is the prefix of every URL the built-in HTTP job may call
+	// for this downstream (see Config.DownstreamFor); nil when the file
+	// gives none, and then HTTP jobs cannot use the downstream.
+	BaseURL *url.URL
+	// Limit is the fleet-wide pace. Limit.Name is the downstream's name;
+	// Per, Burst and MaxWait are filled in. A max_wait of 0 in the file
+	// becomes a negative MaxWait: only a slot that is due now.
+	Limit throttle.Limit
+	// Concurrency caps the calls in flight fleet-wide; nil for no cap.
+	// Its Name is the downstream's name and its Lease is filled in.
+	Concurrency *throttle.Concurrency
+	// PerTenant gives each tenant its own bucket at Limit (per-account
+	// quotas), instead of one bucket for the whole downstream.
+	PerTenant bool
+	// Timeout is the built-in HTTP job's request timeout.
+	Timeout time.Duration
+}
+
+// Tenant is one entry of the tenants section.
+type Tenant struct {
+	// ID is the entry's key: the tenant's id, or DefaultTenant.
+	ID string
+	// Policy is the tenant's admission policy, valid by
+	// algorithms.Policy.Validate; nil when the entry has none (every job
+	// is admitted).
+	Policy *algorithms.Policy
+	// Weight is the tenant's share of the fair drain, 1 to MaxWeight.
+	Weight int
+}
+
+// Parse reads a policy file's contents. On failure it returns an
+// ErrorList, whose entries name the line, column and field of each
+// problem.
+func Parse(data []byte) (*Config, error) {
+	return parse(data, "")
+}
+
+// Load reads and parses the policy file at path. Every error it returns
+// starts with path; parse errors are an ErrorList, and a file that cannot
+// be read gives an *Error that wraps the *fs.PathError.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return parse(data, path)
+}
+
+func readError(path string, err error) error {
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		msg = pe.Op + ": " + pe.Err.Error()
+	}
+	return ErrorList{{File: path, Msg: msg, Err: err}}
+}
+
+func parse(data []byte, file string) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, ErrorList{{Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}}.finish(file, 0)
+	}
+	p := newParser()
+	cfg := p.document(data)
+	if len(p.errs) > 0 {
+		return nil, p.errs.finish(file, p.dropped)
+	}
+	return cfg, nil
+}
+
+// TenantPolicy returns the entry for tenant id, or else the DefaultTenant
+// entry (whose ID is DefaultTenant), or else false: the tenant has no
+// entry, so no admission policy and DefaultWeight.
+func (c *Config) TenantPolicy(id string) (Tenant, bool) {
+	if t, ok := c.Tenants[id]; ok {
+		return t, true
+	}
+	t, ok := c.Tenants[DefaultTenant]
+	return t, ok
+}

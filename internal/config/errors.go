@@ -1,0 +1,106 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// MaxErrors is the most problems an ErrorList reports; a file with more
+// gets a last entry that says how many were left out.
+const MaxErrors = 20
+
+// Error is one problem in a policy file: where it is, which field, and
+// what is wrong.
+type Error struct {
+	// File is the path given to Load; empty for Parse.
+	File string
+	// Line and Column locate the problem, both starting at 1. Zero when
+	// the problem has no place (an unreadable file). Column may be zero
+	// when only the line is known.
+	Line, Column int
+	// Field is the path of the field, such as "downstreams.shopify.rate"
+	// or `tenants["acme:eu"].limit`; empty for problems with the document
+	// itself.
+	Field string
+	// Msg says what is wrong and, where it helps, what was found.
+	Msg string
+	// Err is the underlying error, if any (such as an error wrapping
+	// algorithms.ErrInvalidPolicy, or the *fs.PathError of Load).
+	Err error
+}
+
+// Error formats e as "file:line:column: field: message"; without a file
+// the place reads "line L:C".
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File != "":
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+			if e.Column > 0 {
+				fmt.Fprintf(&b, ":%d", e.Column)
+			}
+		}
+	case e.Line > 0:
+		fmt.Fprintf(&b, "line %d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString(": ")
+	}
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap returns the underlying error, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorList is every problem found in a policy file, in the order of the
+// file. Parse and Load return one (never empty) when the file is not valid;
+// errors.As finds its first *Error, and errors.Is looks through all of
+// them.
+type ErrorList []*Error
+
+// Error returns one problem per line.
+func (l ErrorList) Error() string {
+	parts := make([]string, len(l))
+	for i, e := range l {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Unwrap returns the problems, for errors.Is and errors.As.
+func (l ErrorList) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
+
+// finish sorts the problems by place, caps them at MaxErrors and names the
+// file in each. dropped counts problems found but not kept.
+func (l ErrorList) finish(file string, dropped int) ErrorList {
+	sort.SliceStable(l, func(i, j int) bool {
+		if l[i].Line != l[j].Line {
+			return l[i].Line < l[j].Line
+		}
+		return l[i].Column < l[j].Column
+	})
+	if more := len(l) - MaxErrors + dropped; more > 0 {
+		l = append(l[:min(len(l), MaxErrors):min(len(l), MaxErrors)], &Error{Msg: fmt.Sprintf("%d more problems not shown", more)})
+	}
+	for _, e := range l {
+		e.File = file
+	}
+	return l
+}

@@ -1,0 +1,125 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algorithms"
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// checkInvariants checks, independently of the parser, what every Config
+// returned by Parse promises.
+func checkInvariants(c *Config) error {
+	if c == nil {
+		return errors.New("nil Config")
+	}
+	if c.Downstreams == nil || c.Tenants == nil {
+		return errors.New("nil map")
+	}
+	q := c.Queue
+	switch {
+	case !nameRE.MatchString(q.Name):
+		return fmt.Errorf("queue name %q", q.Name)
+	case q.Bound < 1 || q.Bound > MaxBound:
+		return fmt.Errorf("bound %d", q.Bound)
+	case q.TenantBound < 0 || q.TenantBound > q.Bound:
+		return fmt.Errorf("tenant bound %d of %d", q.TenantBound, q.Bound)
+	case q.Prefetch < 1 || q.Prefetch > MaxPrefetch:
+		return fmt.Errorf("prefetch %d", q.Prefetch)
+	case q.MaxPayload < 1 || q.MaxPayload > MaxPayloadLimit:
+		return fmt.Errorf("max payload %d", q.MaxPayload)
+	}
+	for name, d := range c.Downstreams {
+		l := d.Limit
+		switch {
+		case !nameRE.MatchString(name) || d.Name != name || l.Name != name:
+			return fmt.Errorf("downstream %q named %q, limit %q", name, d.Name, l.Name)
+		case l.Rate < 1 || l.Burst < 1 || l.Per <= 0:
+			return fmt.Errorf("downstream %s: limit %+v", name, l)
+		case l.MaxWait == 0 || l.MaxWait > MaxDuration:
+			return fmt.Errorf("downstream %s: max wait %v", name, l.MaxWait)
+		case d.Timeout < time.Millisecond || d.Timeout > MaxDuration:
+			return fmt.Errorf("downstream %s: timeout %v", name, d.Timeout)
+		}
+		if err := (algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: l.Per, Burst: l.Burst}).Validate(); err != nil {
+			return fmt.Errorf("downstream %s: %v", name, err)
+		}
+		if cc := d.Concurrency; cc != nil {
+			if cc.Name != name || cc.Max < 1 || cc.Max > MaxConcurrency || cc.Lease < time.Millisecond || cc.Lease > MaxDuration {
+				return fmt.Errorf("downstream %s: concurrency %+v", name, cc)
+			}
+		}
+		if u := d.BaseURL; u != nil {
+			if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+				return fmt.Errorf("downstream %s: base URL %v", name, u)
+			}
+			got, err := c.DownstreamFor(u.String())
+			if err != nil || got.Name != name {
+				return fmt.Errorf("downstream %s: its own base URL %v goes to %q, %v", name, u, got.Name, err)
+			}
+		}
+	}
+	for id, tn := range c.Tenants {
+		switch {
+		case id == "" || len(id) > MaxTenantIDLen || tn.ID != id:
+			return fmt.Errorf("tenant %.20q has id %.20q", id, tn.ID)
+		case tn.Weight < 1 || tn.Weight > MaxWeight:
+			return fmt.Errorf("tenant %.20q: weight %d", id, tn.Weight)
+		}
+		if tn.Policy != nil {
+			if err := tn.Policy.Validate(); err != nil {
+				return fmt.Errorf("tenant %.20q: %v", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// FuzzParse checks that Parse never panics, that a failure is a non-empty
+// ErrorList that places every problem in the file, and that a success
+// keeps every invariant and is the same on a second parse.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("queue: {bound: 1}\n"))
+	f.Add([]byte("queue:\n  bound: 5\ndownstreams:\n  a: {rate: 1, base_url: http://a.com/api}\ntenants:\n  default: {algorithm: gcra, limit: 1, period: 1s}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err != nil {
+			if cfg != nil {
+				t.Fatalf("Config and error: %v", err)
+			}
+			var list ErrorList
+			if !errors.As(err, &list) || len(list) == 0 || len(list) > MaxErrors+1 {
+				t.Fatalf("error %T with %d problems: %v", err, len(list), err)
+			}
+			// YAML breaks lines at \n, \r, \r\n, NEL, LS and PS; counting
+			// each of them is an upper bound.
+			lines := 2
+			for _, sep := range []string{"\n", "\r", "\u0085", "\u2028", "\u2029"} {
+				lines += bytes.Count(data, []byte(sep))
+			}
+			for i, e := range list {
+				if e.Msg == "" {
+					t.Fatalf("problem %d has no message: %+v", i, e)
+				}
+				if i < MaxErrors && (e.Line < 1 || e.Line > lines) {
+					t.Fatalf("problem %d at line %d of a %d-line file: %v", i, e.Line, lines, e)
+				}
+			}
+			return
+		}
+		if err := checkInvariants(cfg); err != nil {
+			t.Fatalf("invariant broken: %v\n--- file:\n%s", err, data)
+		}
+		again, err := Parse(data)
+		if err != nil || !reflect.DeepEqual(cfg, again) {
+			t.Fatalf("second parse differs: %v", err)
+		}
+	})
+}

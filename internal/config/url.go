@@ -1,0 +1,180 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrURLNotAllowed is wrapped by every error of DownstreamFor: the URL is
+// not one that the built-in HTTP job may call.
+var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
+
+// parseBaseURL checks a downstream's base_url: an absolute http or https
+// URL with a host, and nothing that could make prefix matching ambiguous
+// (user info, a query, a fragment, dot segments). The host is kept in
+// lower case.
+func parseBaseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("not a valid URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("must be an http or https URL such as https://api.example.com/v1/, got scheme %q", u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
+	}
+	if u.User != nil {
+		return nil, errors.New("must not contain user info (user@ or user:password@); send credentials in headers")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		return nil, errors.New("must not have a query (?...)")
+	}
+	if u.Fragment != "" || strings.Contains(s, "#") {
+		return nil, errors.New("must not have a fragment (#...)")
+	}
+	if u.Hostname() == "" {
+		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
+	}
+	if _, err := portOf(u); err != nil {
+		return nil, err
+	}
+	if dotSegments(u) {
+		return nil, errors.New("must not contain . or .. path segments")
+	}
+	u.Host = strings.ToLower(u.Host)
+	return u, nil
+}
+
+// portOf returns u's port, or the scheme's default port when u has none.
+func portOf(u *url.URL) (int, error) {
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("port %q must be between 1 and 65535", p)
+	}
+	return n, nil
+}
+
+// originOf returns scheme://host:port, lower case, with the port always
+// written.
+func originOf(u *url.URL) string {
+	port, _ := portOf(u)
+	host := strings.ToLower(u.Hostname())
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	return u.Scheme + "://" + host + ":" + strconv.Itoa(port)
+}
+
+// basePath returns the escaped path of a base URL without trailing
+// slashes: "" for the root.
+func basePath(u *url.URL) string {
+	return strings.TrimRight(u.EscapedPath(), "/")
+}
+
+// dotSegments reports whether u's path, fully decoded, has a "." or ".."
+// segment between slashes or backslashes: a path that a server might
+// resolve to somewhere other than where it appears to point.
+func dotSegments(u *url.URL) bool {
+	p, err := url.PathUnescape(u.EscapedPath())
+	if err != nil {
+		return true
+	}
+	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// DownstreamFor returns the downstream whose base_url covers rawURL: the
+// same scheme, host and port (a missing port is the scheme's default), and
+// a path that is the base_url's path or lies under it on a segment
+// boundary (https://a.com/api covers https://a.com/api and
+// https://a.com/api/x, not https://a.com/api2). When several base URLs
+// cover rawURL, the longest path wins.
+//
+// It refuses, with an error wrapping ErrURLNotAllowed, a URL that is not
+// absolute http or https, that carries user info, whose decoded path has a
+// "." or ".." segment, or that no downstream covers: the built-in HTTP job
+// uses it so that a job cannot make the workers call an arbitrary host.
+// Downstreams without a base_url cover nothing. Error messages show the
+// URL's origin and path, never its query.
+func (c *Config) DownstreamFor(rawURL string) (Downstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return Downstream{}, fmt.Errorf("%w: not a valid URL: %v", ErrURLNotAllowed, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)
+	}
+	if u.Opaque != "" || u.Hostname() == "" {
+		return Downstream{}, fmt.Errorf("%w: the URL has no host", ErrURLNotAllowed)
+	}
+	show := strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
+	if u.User != nil {
+		return Downstream{}, fmt.Errorf("%w: %s carries user info; send credentials in headers", ErrURLNotAllowed, show)
+	}
+	port, err := portOf(u)
+	if err != nil {
+		return Downstream{}, fmt.Errorf("%w: %s: %v", ErrURLNotAllowed, show, err)
+	}
+	if dotSegments(u) {
+		return Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
+	}
+	host := strings.ToLower(u.Hostname())
+	path := u.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	names := make([]string, 0, len(c.Downstreams))
+	for name := range c.Downstreams {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	best, bestLen := "", -1
+	for _, name := range names {
+		b := c.Downstreams[name].BaseURL
+		if b == nil || b.Scheme != u.Scheme || strings.ToLower(b.Hostname()) != host {
+			continue
+		}
+		if bp, err := portOf(b); err != nil || bp != port {
+			continue
+		}
+		bpath := basePath(b)
+		if (path == bpath || strings.HasPrefix(path, bpath+"/")) && len(bpath) > bestLen {
+			best, bestLen = name, len(bpath)
+		}
+	}
+	if bestLen < 0 {
+		return Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, show)
+	}
+	return c.Downstreams[best], nil
+}
+
+func limitLen(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

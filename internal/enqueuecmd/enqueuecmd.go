@@ -1,0 +1,344 @@
+// Package enqueuecmd is the sluice producer CLI: one job from flags, many
+// from JSON lines with a progress line, and a stats view. cmd/enqueue's
+// main only calls Main.
+//
+// Exit codes, for scripts:
+//
+//	0  every job accepted
+//	1  Redis unreachable or another failure: nothing more is known
+//	2  bad usage or an invalid job (nothing enqueued for it)
+//	3  refused by the tenant's admission policy (rate limited)
+//	4  refused because the queue or the tenant's backlog is full
+package enqueuecmd
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Exit codes.
+const (
+	ExitOK          = 0
+	ExitFailure     = 1
+	ExitUsage       = 2
+	ExitRateLimited = 3
+	ExitQueueFull   = 4
+)
+
+type options struct {
+	redisURL, redisCluster, policy string
+	tenant, typ, payload, id, down string
+	cost                           int64
+	maxRetry                       int
+	file                           string
+	wait                           bool
+	maxWait                        time.Duration
+	quiet                          bool
+}
+
+func env(name string) string { return os.Getenv(name) }
+
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `usage:
+  enqueue -policy policy.yaml -tenant T -type X [-payload JSON] [-downstream D] [-id ID] [-cost N]
+  enqueue -policy policy.yaml -f jobs.jsonl     (or -f - for standard input; one JSON job per line:
+          {"tenant":"t","type":"x","payload":{...},"downstream":"d","id":"...","cost":1})
+  enqueue -policy policy.yaml stats
+
+`)
+	fs.PrintDefaults()
+	fmt.Fprint(w, `
+exit codes: 0 accepted, 1 failure (e.g. Redis unreachable), 2 usage or invalid job,
+            3 rate limited, 4 queue full
+`)
+}
+
+// Main runs the CLI and returns its exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var o options
+	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.redisURL, "redis", env("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redisCluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY"), "policy file: the queue and the tenants' admission policies (env SLUICE_POLICY)")
+	fs.StringVar(&o.tenant, "tenant", "", "the job's tenant")
+	fs.StringVar(&o.typ, "type", "", "the job's type (sluice.http for the built-in HTTP call)")
+	fs.StringVar(&o.payload, "payload", "", "the job's payload (JSON for sluice.http jobs)")
+	fs.StringVar(&o.id, "id", "", "the job's id (default: a random one)")
+	fs.StringVar(&o.down, "downstream", "", "the downstream the job calls")
+	fs.Int64Var(&o.cost, "cost", 0, "the job's cost in admission and quota units (default 1)")
+	fs.IntVar(&o.maxRetry, "max-retry", 0, "retries on failure (default 25; -1 for none)")
+	fs.StringVar(&o.file, "f", "", "read jobs as JSON lines from this file (- for standard input)")
+	fs.BoolVar(&o.wait, "wait", false, "when refused, wait as the refusal says and try again (up to -max-wait)")
+	fs.DurationVar(&o.maxWait, "max-wait", 5*time.Minute, "with -wait, the longest to keep trying one job")
+	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout, fs)
+			return ExitOK
+		}
+		fmt.Fprintln(stderr, "enqueue:", err)
+		usage(stderr, fs)
+		return ExitUsage
+	}
+	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
+	if fs.NArg() > 0 && !stats {
+		fmt.Fprintf(stderr, "enqueue: unexpected arguments %q\n", fs.Args())
+		return ExitUsage
+	}
+	if o.policy == "" {
+		fmt.Fprintln(stderr, "enqueue: -policy is required (the queue's name, bounds and tenants' policies come from it)")
+		return ExitUsage
+	}
+	if o.redisURL == "" && o.redisCluster == "" {
+		fmt.Fprintln(stderr, "enqueue: no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)")
+		return ExitUsage
+	}
+	if !stats && o.file == "" && (o.tenant == "" || o.typ == "") {
+		fmt.Fprintln(stderr, "enqueue: give -tenant and -type for one job, -f for many, or stats")
+		return ExitUsage
+	}
+	cfg, err := config.Load(o.policy)
+	if err != nil {
+		fmt.Fprintln(stderr, "enqueue:", err)
+		return ExitUsage
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	client, err := dial(o)
+	if err != nil {
+		fmt.Fprintln(stderr, "enqueue:", err)
+		return ExitUsage
+	}
+	defer client.Close()
+	p, err := queue.NewProducer(client, producerConfig(cfg))
+	if err != nil {
+		fmt.Fprintln(stderr, "enqueue:", err)
+		return ExitUsage
+	}
+	if stats {
+		return showStats(ctx, p, cfg, stdout, stderr)
+	}
+	if o.file != "" {
+		in := stdin
+		if o.file != "-" {
+			f, err := os.Open(o.file)
+			if err != nil {
+				fmt.Fprintln(stderr, "enqueue:", err)
+				return ExitUsage
+			}
+			defer f.Close()
+			in = f
+		}
+		return bulk(ctx, p, o, in, stdout, stderr)
+	}
+	job := queue.Job{ID: o.id, Tenant: o.tenant, Type: o.typ, Payload: []byte(o.payload), Downstream: o.down, Cost: o.cost, MaxRetry: o.maxRetry}
+	r, code := one(ctx, p, job, o, stderr)
+	if code == ExitOK {
+		fmt.Fprintf(stdout, "%s\n", r.ID)
+	}
+	return code
+}
+
+func dial(o options) (redis.UniversalClient, error) {
+	if o.redisCluster != "" {
+		opts := &redis.ClusterOptions{}
+		for _, a := range strings.Split(o.redisCluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				opts.Addrs = append(opts.Addrs, a)
+			}
+		}
+		if o.redisURL != "" {
+			u, err := redis.ParseURL(o.redisURL)
+			if err != nil {
+				return nil, fmt.Errorf("-redis: %w", err)
+			}
+			opts.Username, opts.Password, opts.TLSConfig = u.Username, u.Password, u.TLSConfig
+		}
+		return redis.NewClusterClient(opts), nil
+	}
+	u, err := redis.ParseURL(o.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("-redis: %w (want redis://host:port/db or rediss://)", err)
+	}
+	return redis.NewClient(u), nil
+}
+
+func producerConfig(cfg *config.Config) queue.Config {
+	return queue.Config{
+		Queue:       cfg.Queue.Name,
+		Bound:       cfg.Queue.Bound,
+		TenantBound: cfg.Queue.TenantBound,
+		MaxPayload:  int(cfg.Queue.MaxPayload),
+		Tenants: func(id string) queue.TenantPolicy {
+			t, ok := cfg.TenantPolicy(id)
+			if !ok {
+				return queue.TenantPolicy{}
+			}
+			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight}
+		},
+	}
+}
+
+// one enqueues job, waiting and retrying as refusals say when -wait is
+// set. It prints why a job was refused and returns the exit code.
+func one(ctx context.Context, p *queue.Producer, job queue.Job, o options, stderr io.Writer) (queue.Receipt, int) {
+	deadline := time.Now().Add(o.maxWait)
+	for {
+		r, err := p.Enqueue(ctx, job)
+		if err == nil {
+			return r, ExitOK
+		}
+		code, wait := classify(err)
+		if code == ExitRateLimited || code == ExitQueueFull {
+			if o.wait && time.Now().Add(wait).Before(deadline) {
+				select {
+				case <-time.After(wait):
+					continue
+				case <-ctx.Done():
+					fmt.Fprintln(stderr, "enqueue: interrupted")
+					return r, ExitFailure
+				}
+			}
+			fmt.Fprintf(stderr, "enqueue: %v\n", err)
+			if code == ExitQueueFull {
+				fmt.Fprintf(stderr, "enqueue: back off and retry in %v\n", wait)
+			}
+			return r, code
+		}
+		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		return r, code
+	}
+}
+
+// classify maps an Enqueue error to an exit code and how long to wait
+// before trying again.
+func classify(err error) (int, time.Duration) {
+	var rl *queue.RateLimitedError
+	var qf *queue.QueueFullError
+	switch {
+	case errors.As(err, &rl):
+		return ExitRateLimited, rl.Decision.RetryAfter
+	case errors.As(err, &qf):
+		return ExitQueueFull, time.Second
+	case errors.Is(err, queue.ErrInvalidJob):
+		return ExitUsage, 0
+	}
+	return ExitFailure, 0
+}
+
+// lineJob is one line of a JSON lines file.
+type lineJob struct {
+	ID         string          `json:"id"`
+	Tenant     string          `json:"tenant"`
+	Type       string          `json:"type"`
+	Payload    json.RawMessage `json:"payload"`
+	Downstream string          `json:"downstream"`
+	Cost       int64           `json:"cost"`
+	MaxRetry   int             `json:"max_retry"`
+}
+
+// bulk enqueues one job per line, with a progress line on stderr. A line
+// that is refused is reported with its number; the exit code is the worst
+// refusal's (failure > queue full > rate limited > invalid), 0 if all
+// were accepted.
+func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdout, stderr io.Writer) int {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var accepted, refused, line int
+	worst := ExitOK
+	rank := map[int]int{ExitOK: 0, ExitUsage: 1, ExitRateLimited: 2, ExitQueueFull: 3, ExitFailure: 4}
+	last := time.Now()
+	progress := func(final bool) {
+		if o.quiet || (!final && time.Since(last) < 200*time.Millisecond) {
+			return
+		}
+		last = time.Now()
+		end := "\r"
+		if final {
+			end = "\n"
+		}
+		fmt.Fprintf(stderr, "enqueue: %d lines, %d accepted, %d refused%s", line, accepted, refused, end)
+	}
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var lj lineJob
+		code := ExitOK
+		if err := json.Unmarshal([]byte(text), &lj); err != nil {
+			fmt.Fprintf(stderr, "\nenqueue: line %d: not a JSON job: %v\n", line, err)
+			code = ExitUsage
+		} else {
+			job := queue.Job{ID: lj.ID, Tenant: lj.Tenant, Type: lj.Type, Downstream: lj.Downstream, Cost: lj.Cost, MaxRetry: lj.MaxRetry}
+			if len(lj.Payload) > 0 {
+				job.Payload = []byte(lj.Payload)
+			}
+			var r queue.Receipt
+			r, code = one(ctx, p, job, o, prefixed{stderr, fmt.Sprintf("line %d: ", line)})
+			if code == ExitOK {
+				fmt.Fprintln(stdout, r.ID)
+			}
+		}
+		if code == ExitOK {
+			accepted++
+		} else {
+			refused++
+			if rank[code] > rank[worst] {
+				worst = code
+			}
+		}
+		progress(false)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(stderr, "\nenqueue: reading jobs: %v\n", err)
+		worst = ExitUsage
+	}
+	progress(true)
+	return worst
+}
+
+// prefixed inserts a prefix after "enqueue: " in each message.
+type prefixed struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixed) Write(b []byte) (int, error) {
+	s := strings.Replace(string(b), "enqueue: ", "\nenqueue: "+p.prefix, 1)
+	_, err := io.WriteString(p.w, s)
+	return len(b), err
+}
+
+func showStats(ctx context.Context, p *queue.Producer, cfg *config.Config, stdout, stderr io.Writer) int {
+	st, err := p.Stats(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "enqueue: stats:", err)
+		return ExitFailure
+	}
+	fmt.Fprintf(stdout, "queue %s\n", cfg.Queue.Name)
+	fmt.Fprintf(stdout, "  depth        %d of %d (waiting, or handed to workers and not started)\n", st.Depth, cfg.Queue.Bound)
+	fmt.Fprintf(stdout, "  handed over  %d (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
+	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep (throttle paused or no slot soon)\n", st.Tenants, st.Sleeping)
+	return ExitOK
+}

@@ -1,0 +1,202 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// fill enqueues n jobs for tenant from 8 goroutines.
+func fill(t *testing.T, p *Producer, tenant string, n int, downstream string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < n; i += 8 {
+				if _, err := p.Enqueue(context.Background(), Job{Tenant: tenant, Type: "work", Downstream: downstream}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestFairnessBigBacklog: tenant A has 100,000 jobs queued and draining;
+// then tenants B to E enqueue 10 each. Every job of B to E starts before A
+// has had more than a small multiple of its fair share, and B's first job
+// waits a bounded time.
+func TestFairnessBigBacklog(t *testing.T) {
+	client := redistest.Shared(t)
+	cfg := testConfig(t, 200_000)
+	p, err := NewProducer(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	fill(t, p, "A", 100_000, "")
+	t.Logf("enqueued 100,000 jobs for A in %v", time.Since(start))
+
+	var mu sync.Mutex
+	var aRuns, othersDone int
+	aAtFirstOther := -1
+	aAtLastOther := 0
+	firstStart := map[string]time.Time{}
+	h := HandlerFunc(func(ctx context.Context, j *Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if j.Tenant == "A" {
+			aRuns++
+			return nil
+		}
+		if _, ok := firstStart[j.Tenant]; !ok {
+			firstStart[j.Tenant] = time.Now()
+		}
+		if aAtFirstOther < 0 {
+			aAtFirstOther = aRuns
+		}
+		othersDone++
+		aAtLastOther = aRuns
+		return nil
+	})
+	const concurrency = 4
+	startServer(t, client, ServerConfig{Config: cfg, Concurrency: concurrency}, h)
+	waitFor(t, 30*time.Second, "A's backlog to be draining", func() bool { mu.Lock(); defer mu.Unlock(); return aRuns >= 200 })
+
+	mu.Lock()
+	aBefore := aRuns
+	mu.Unlock()
+	enqueued := time.Now()
+	for _, tenant := range []string{"B", "C", "D", "E"} {
+		for i := 0; i < 10; i++ {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: tenant, Type: "work"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "the 40 jobs of B to E", func() bool { mu.Lock(); defer mu.Unlock(); return othersDone >= 40 })
+	mu.Lock()
+	defer mu.Unlock()
+	// Round-robin over five tenants: while B to E have work, A gets one
+	// turn in five, so about 10 of its jobs run alongside their 40, plus
+	// the jobs already handed to asynq (prefetch) when they arrived.
+	share := aAtLastOther - aBefore
+	prefetch := 2 * concurrency
+	t.Logf("A ran %d jobs while B to E ran their 40 (fair share 10, prefetch %d); B's first job started %v after enqueue",
+		share, prefetch, firstStart["B"].Sub(enqueued))
+	if share > 3*10+prefetch {
+		t.Fatalf("A ran %d jobs while B to E ran 40: more than 3x its fair share of 10 plus the prefetch of %d", share, prefetch)
+	}
+	if wait := firstStart["B"].Sub(enqueued); wait > 5*time.Second {
+		t.Fatalf("B's first job waited %v behind A's backlog", wait)
+	}
+}
+
+// commands returns the server's total processed commands.
+func commands(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no total_commands_processed in INFO")
+	return 0
+}
+
+// TestExhaustedTenantCostsNothing: per-tenant downstream quotas; A's is
+// exhausted (paused after a 429). B's jobs run at B's quota with no added
+// delay, and A's waiting jobs cost no Redis commands beyond a small
+// constant per second: the dispatcher skips A before dequeue.
+func TestExhaustedTenantCostsNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	client := srv.Client(t)
+	cfg := testConfig(t, 10_000)
+	p, err := NewProducer(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := throttle.New(client, &throttle.Options{Subscribe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	lim := throttle.Limit{Name: "api", Rate: 10, MaxWait: time.Second}
+	ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim, PerTenant: true}, name == "api" }
+	var mu sync.Mutex
+	var bTimes []time.Time
+	aRuns := 0
+	h := HandlerFunc(func(ctx context.Context, j *Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if j.Tenant == "B" {
+			bTimes = append(bTimes, time.Now())
+		} else {
+			aRuns++
+		}
+		return nil
+	})
+	startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th, Downstreams: ds}, h)
+
+	// The idle cost of a running worker, for comparison.
+	c0, t0 := commands(t, client), time.Now()
+	time.Sleep(2 * time.Second)
+	idle := float64(commands(t, client)-c0) / time.Since(t0).Seconds()
+
+	// A's quota is exhausted: its key is paused for 30s. Then A queues
+	// 1,000 jobs and B 20.
+	if _, err := th.Pause(context.Background(), ThrottleKey(&Job{Tenant: "A", Downstream: "api"}, true), lim, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, p, "A", 1000, "api")
+	enqueued := time.Now()
+	fill(t, p, "B", 20, "api")
+	waitFor(t, 20*time.Second, "B's 20 jobs", func() bool { mu.Lock(); defer mu.Unlock(); return len(bTimes) >= 20 })
+	mu.Lock()
+	bSpan := bTimes[len(bTimes)-1].Sub(enqueued)
+	first := bTimes[0].Sub(enqueued)
+	ran := aRuns
+	mu.Unlock()
+	// 20 jobs at 10/s with burst 1: the last starts about 1.9s after the
+	// first; allow scheduling slack, but nothing like waiting behind A.
+	t.Logf("B: first job %v after enqueue, 20th %v", first, bSpan)
+	if first > time.Second || bSpan > 4*time.Second {
+		t.Fatalf("B's jobs were delayed: first %v, last %v after enqueue", first, bSpan)
+	}
+	if ran != 0 {
+		t.Fatalf("%d of A's jobs ran during A's pause", ran)
+	}
+	// Now only A's paused backlog waits: the fleet's Redis commands per
+	// second stay near the idle cost, not proportional to 1,000 jobs.
+	c1, t1 := commands(t, client), time.Now()
+	time.Sleep(3 * time.Second)
+	waiting := float64(commands(t, client)-c1) / time.Since(t1).Seconds()
+	t.Logf("Redis commands per second: idle %.0f, with A's 1,000 jobs paused %.0f", idle, waiting)
+	if waiting > idle*1.05+20 {
+		t.Fatalf("A's paused backlog costs %.0f commands/s over the idle %.0f", waiting-idle, idle)
+	}
+	if st, _ := p.Stats(context.Background()); st.Sleeping != 1 || st.Depth != 1000 {
+		t.Fatalf("stats %+v: want A asleep with its 1,000 jobs", st)
+	}
+}
