@@ -125,7 +125,7 @@ type StatedQuota struct {
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	h = canonicalHeader(h)
 	f := Feedback{Limit: -1, Remaining: -1, Source: SourceNone}
-	f.RetryAfter, f.HasRetryAfter = retryAfterField(h.Values("Retry-After"), now)
+	f.RetryAfter, f.HasRetryAfter = retryAfterField(h[fieldRetryAfter], now)
 	if q, src, ok := quotaFromHeaders(h, now); ok {
 		f.Limit, f.Remaining, f.Reset, f.Window = q.Limit, q.Remaining, q.Reset, q.Window
 		f.Source = src
@@ -509,6 +509,54 @@ func matchPolicy(q StatedQuota, pol []StatedQuota) (StatedQuota, bool) {
 	return StatedQuota{}, false
 }
 
+// The fields read, in canonical form, so that a canonical header can be
+// indexed directly.
+var (
+	fieldRetryAfter      = http.CanonicalHeaderKey("Retry-After")
+	fieldRateLimit       = http.CanonicalHeaderKey("RateLimit")
+	fieldRateLimitPolicy = http.CanonicalHeaderKey("RateLimit-Policy")
+	fieldShopify         = http.CanonicalHeaderKey("X-Shopify-Shop-Api-Call-Limit")
+	legacyFields         = newQuotaFields("", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+	// GitLab's HTTP-date twin of RateLimit-Reset.
+	fieldLegacyResetTime = http.CanonicalHeaderKey("RateLimit-ResetTime")
+	openAIFields         = []quotaFields{
+		newQuotaFields("requests", "X-RateLimit-Limit-Requests", "X-RateLimit-Remaining-Requests", "X-RateLimit-Reset-Requests"),
+		newQuotaFields("tokens", "X-RateLimit-Limit-Tokens", "X-RateLimit-Remaining-Tokens", "X-RateLimit-Reset-Tokens"),
+	}
+	anthropicFields = func() []quotaFields {
+		var fs []quotaFields
+		for _, kind := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
+			p := "Anthropic-RateLimit-" + kind
+			fs = append(fs, newQuotaFields(kind, p+"-Limit", p+"-Remaining", p+"-Reset"))
+		}
+		return fs
+	}()
+	// X-RateLimit-* and, failing that, X-Rate-Limit-* (Twitter).
+	xRateLimitFields = []xFields{newXFields("X-RateLimit-"), newXFields("X-Rate-Limit-")}
+)
+
+// quotaFields names the fields of one quota.
+type quotaFields struct{ kind, limit, remaining, reset string }
+
+func newQuotaFields(kind, limit, remaining, reset string) quotaFields {
+	c := http.CanonicalHeaderKey
+	return quotaFields{kind: kind, limit: c(limit), remaining: c(remaining), reset: c(reset)}
+}
+
+// xFields names the fields of the X-RateLimit-* family.
+type xFields struct {
+	quotaFields
+	used, resetAfter string
+}
+
+func newXFields(prefix string) xFields {
+	return xFields{
+		quotaFields: newQuotaFields("", prefix+"Limit", prefix+"Remaining", prefix+"Reset"),
+		used:        http.CanonicalHeaderKey(prefix + "Used"),
+		resetAfter:  http.CanonicalHeaderKey(prefix + "Reset-After"),
+	}
+}
+
 // headerFamily is one family of rate-limit fields; parse reports whether
 // the response carried any of its fields in a readable form.
 type headerFamily struct {
@@ -547,8 +595,8 @@ func quotaFromHeaders(h http.Header, now time.Time) (StatedQuota, string, bool) 
 }
 
 func structuredQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
-	pol := ParseRateLimitPolicy(h.Values("RateLimit-Policy")...)
-	if q, ok := mostRestrictive(ParseRateLimit(h.Values("RateLimit")...)); ok {
+	pol := ParseRateLimitPolicy(h[fieldRateLimitPolicy]...)
+	if q, ok := mostRestrictive(ParseRateLimit(h[fieldRateLimit]...)); ok {
 		if p, ok := matchPolicy(q, pol); ok {
 			if q.Limit < 0 {
 				q.Limit = p.Limit
@@ -570,18 +618,18 @@ func structuredQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
 }
 
 func legacyQuota(h http.Header, now time.Time) (StatedQuota, bool) {
-	q := StatedQuota{Remaining: minCount(h.Values("RateLimit-Remaining"))}
-	q.Limit, q.Window = limitField(h.Values("RateLimit-Limit"))
-	reset, hasReset := maxReset(h.Values("RateLimit-Reset"), now)
-	if !hasReset { // GitLab's HTTP-date twin of RateLimit-Reset
-		reset, hasReset = maxReset(h.Values("RateLimit-ResetTime"), now)
+	q := StatedQuota{Remaining: minCount(h[legacyFields.remaining])}
+	q.Limit, q.Window = limitField(h[legacyFields.limit])
+	reset, hasReset := maxReset(h[legacyFields.reset], now)
+	if !hasReset {
+		reset, hasReset = maxReset(h[fieldLegacyResetTime], now)
 	}
 	q.Reset = reset
 	if q.Limit < 0 && q.Remaining < 0 && !hasReset {
 		return StatedQuota{}, false
 	}
 	if q.Window == 0 && q.Limit >= 0 {
-		if p, ok := matchPolicy(StatedQuota{Limit: q.Limit}, ParseRateLimitPolicy(h.Values("RateLimit-Policy")...)); ok {
+		if p, ok := matchPolicy(StatedQuota{Limit: q.Limit}, ParseRateLimitPolicy(h[fieldRateLimitPolicy]...)); ok {
 			q.Window = p.Window
 		}
 	}
@@ -589,48 +637,45 @@ func legacyQuota(h http.Header, now time.Time) (StatedQuota, bool) {
 }
 
 func openAIQuota(h http.Header, now time.Time) (StatedQuota, bool) {
-	return kindsQuota(h, now, func(kind string) (string, string, string) {
-		return "X-Ratelimit-Limit-" + kind, "X-Ratelimit-Remaining-" + kind, "X-Ratelimit-Reset-" + kind
-	}, "requests", "tokens")
+	return kindsQuota(h, now, openAIFields)
 }
 
 func anthropicQuota(h http.Header, now time.Time) (StatedQuota, bool) {
-	return kindsQuota(h, now, func(kind string) (string, string, string) {
-		p := "Anthropic-Ratelimit-" + kind
-		return p + "-Limit", p + "-Remaining", p + "-Reset"
-	}, "requests", "tokens", "input-tokens", "output-tokens")
+	return kindsQuota(h, now, anthropicFields)
 }
 
 // kindsQuota reads a family that states one quota per kind of unit and
 // reports the most restrictive.
-func kindsQuota(h http.Header, now time.Time, names func(kind string) (limit, remaining, reset string), kinds ...string) (StatedQuota, bool) {
-	var qs []StatedQuota
-	for _, kind := range kinds {
-		ln, rn, tn := names(kind)
-		q := StatedQuota{Name: kind, Remaining: minCount(h.Values(rn))}
-		q.Limit, q.Window = limitField(h.Values(ln))
-		reset, hasReset := maxReset(h.Values(tn), now)
+func kindsQuota(h http.Header, now time.Time, fields []quotaFields) (StatedQuota, bool) {
+	var best StatedQuota
+	found := false
+	for _, f := range fields {
+		q := StatedQuota{Name: f.kind, Remaining: minCount(h[f.remaining])}
+		q.Limit, q.Window = limitField(h[f.limit])
+		reset, hasReset := maxReset(h[f.reset], now)
 		q.Reset = reset
 		if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
-			qs = append(qs, q)
+			if !found || tighter(q, best) {
+				best, found = q, true
+			}
 		}
 	}
-	return mostRestrictive(qs)
+	return best, found
 }
 
 func xRateLimitQuota(h http.Header, now time.Time) (StatedQuota, bool) {
-	for _, prefix := range []string{"X-Ratelimit-", "X-Rate-Limit-"} {
-		q := StatedQuota{Remaining: minCount(h.Values(prefix + "Remaining"))}
-		q.Limit, q.Window = limitField(h.Values(prefix + "Limit"))
+	for _, f := range xRateLimitFields {
+		q := StatedQuota{Remaining: minCount(h[f.remaining])}
+		q.Limit, q.Window = limitField(h[f.limit])
 		if q.Remaining < 0 && q.Limit >= 0 { // GitHub also states what was used
-			if used := minCount(h.Values(prefix + "Used")); used >= 0 {
+			if used := minCount(h[f.used]); used >= 0 {
 				q.Remaining = max(q.Limit-used, 0)
 			}
 		}
 		// Reset-After (Discord) is a delta, immune to clock skew: prefer it.
-		reset, hasReset := maxReset(h.Values(prefix+"Reset-After"), now)
+		reset, hasReset := maxReset(h[f.resetAfter], now)
 		if !hasReset {
-			reset, hasReset = maxReset(h.Values(prefix+"Reset"), now)
+			reset, hasReset = maxReset(h[f.reset], now)
 		}
 		q.Reset = reset
 		if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
@@ -641,7 +686,7 @@ func xRateLimitQuota(h http.Header, now time.Time) (StatedQuota, bool) {
 }
 
 func shopifyQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
-	for _, v := range h.Values("X-Shopify-Shop-Api-Call-Limit") {
+	for _, v := range h[fieldShopify] {
 		if used, limit, ok := ParseShopifyCallLimit(v); ok {
 			return StatedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
 		}

@@ -503,6 +503,8 @@ func TestParseFeedbackFamilies(t *testing.T) {
 		{"Discord: epoch with millis", 200, hdr(
 			"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(testNow.Unix()+1, 10)+".123"),
 			fb(SourceXRateLimit, -1, 0, 873*time.Millisecond, 0)},
+		{"parameters ignored", 200, hdr("X-RateLimit-Remaining", "5;comment=x", "X-RateLimit-Reset", "12;w=60"),
+			fb(SourceXRateLimit, -1, 5, 12*time.Second, 0)},
 		{"delta reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "12"),
 			fb(SourceXRateLimit, -1, 0, 12*time.Second, 0)},
 		{"epoch millis reset", 200, hdr("X-RateLimit-Remaining", "0",
@@ -715,5 +717,28 @@ func TestDecimalTimes(t *testing.T) {
 		if got := d.times(s.unit); got != s.want {
 			t.Errorf("%q × %v = %v, want %v", s.in, s.unit, got, s.want)
 		}
+	}
+}
+
+func BenchmarkParseFeedback(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		h    http.Header
+	}{
+		{"none", http.Header{"Content-Type": {"application/json"}, "Date": {httpDate(0)}}},
+		{"github", http.Header{"X-Ratelimit-Limit": {"5000"}, "X-Ratelimit-Remaining": {"4999"},
+			"X-Ratelimit-Used": {"1"}, "X-Ratelimit-Reset": {epoch(time.Hour)}}},
+		{"openai", hdr("x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59",
+			"x-ratelimit-reset-requests", "1s", "x-ratelimit-limit-tokens", "150000",
+			"x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s")},
+		{"structured", http.Header{"Ratelimit-Policy": {`"burst";q=100;w=60, "daily";q=1000;w=86400`},
+			"Ratelimit": {`"burst";r=90;t=30, "daily";r=3;t=40000`}}},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ParseFeedback(http.StatusOK, s.h, testNow).PauseFor(time.Second, time.Minute)
+			}
+		})
 	}
 }

@@ -1,0 +1,306 @@
+package downstream
+
+import (
+	"math"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The fuzz targets check properties that must hold for any input: no
+// panic; every duration within [0, MaxStatedDuration] (or the cap given);
+// every count -1 or non-negative; the same answer twice. Seeds are in
+// testdata/fuzz/<target>/ and below.
+
+func checkBounded(t *testing.T, what string, d time.Duration) {
+	t.Helper()
+	if d < 0 || d > MaxStatedDuration {
+		t.Fatalf("%s = %v: outside [0, %v]", what, d, MaxStatedDuration)
+	}
+}
+
+func checkCount(t *testing.T, what string, n int64) {
+	t.Helper()
+	if n < -1 {
+		t.Fatalf("%s = %d: neither -1 nor >= 0", what, n)
+	}
+}
+
+func FuzzParseRetryAfter(f *testing.F) {
+	for _, v := range []string{"120", "0", "2.0", "2.5", " 3 ", "-1", "1e3", "", "Sun, 01 Jun 2025 12:00:10 GMT",
+		"Sunday, 01-Jun-25 12:00:10 GMT", "Sun Jun  1 12:00:10 2025", "2025-06-01T12:00:10Z",
+		"99999999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		f.Add(v, testNow.Unix())
+	}
+	f.Fuzz(func(t *testing.T, v string, unix int64) {
+		now := time.Unix(unix, 0)
+		d, ok := ParseRetryAfter(v, now)
+		checkBounded(t, "ParseRetryAfter", d)
+		if !ok && d != 0 {
+			t.Fatalf("ParseRetryAfter(%q) = %v with ok=false", v, d)
+		}
+		if d2, ok2 := ParseRetryAfter(v, now); d2 != d || ok2 != ok {
+			t.Fatalf("ParseRetryAfter(%q) not deterministic", v)
+		}
+		s := trimOWS(v)
+		if ok && s != "" && strings.Trim(s, "0123456789.") == "" && d%time.Second != 0 {
+			t.Fatalf("ParseRetryAfter(%q) = %v: delta-seconds not rounded up to a second", v, d)
+		}
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			want := MaxStatedDuration
+			if n < uint64(MaxStatedDuration/time.Second) {
+				want = time.Duration(n) * time.Second
+			}
+			if !ok || d != want {
+				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v", v, d, ok, want)
+			}
+		}
+		if at, err := http.ParseTime(s); err == nil {
+			if !ok {
+				t.Fatalf("ParseRetryAfter(%q) rejected an HTTP-date", v)
+			}
+			if diff := at.Sub(now); diff < MaxStatedDuration && (d < diff || d > max(diff, 0)+durationResolution) {
+				t.Fatalf("ParseRetryAfter(%q) at %v = %v; the date is %v away", v, now, d, diff)
+			}
+		}
+	})
+}
+
+// FuzzParseValues covers the scalar parsers: ParseReset, ParseDuration,
+// ParseCount and ParseShopifyCallLimit.
+func FuzzParseValues(f *testing.F) {
+	for _, v := range []string{"30", "64.57", "1470173023.123", "1748779260", "1748779260000", "1s", "6m0s",
+		"20ms", "2m59.56s", "1h2m3.5s", "500µs", "1d", "2025-06-01T12:01:00Z", "Sun, 01 Jun 2025 12:00:10 GMT",
+		"32/40", "-1", "", "99999999999999999999999h", "1.", ".5s"} {
+		f.Add(v, testNow.Unix())
+	}
+	f.Fuzz(func(t *testing.T, v string, unix int64) {
+		now := time.Unix(unix, 0)
+		d, ok := ParseReset(v, now)
+		checkBounded(t, "ParseReset", d)
+		if (!ok && d != 0) || d%durationResolution != 0 {
+			t.Fatalf("ParseReset(%q) = %v, %v", v, d, ok)
+		}
+		pd, pok := ParseDuration(v)
+		checkBounded(t, "ParseDuration", pd)
+		if (!pok && pd != 0) || pd%durationResolution != 0 {
+			t.Fatalf("ParseDuration(%q) = %v, %v", v, pd, pok)
+		}
+		if pok && !ok {
+			t.Fatalf("ParseReset(%q) rejected what ParseDuration read", v)
+		}
+		// time.ParseDuration as an oracle, where both read the value: its
+		// fractions truncate where ours round up, so allow a millisecond.
+		if gd, err := time.ParseDuration(trimOWS(v)); err == nil && pok && gd >= 0 && gd < MaxStatedDuration-time.Second {
+			if diff := pd - gd; diff < 0 || diff > 2*durationResolution {
+				t.Fatalf("ParseDuration(%q) = %v, time.ParseDuration = %v", v, pd, gd)
+			}
+		}
+		n, cok := ParseCount(v)
+		if n < 0 || (!cok && n != 0) {
+			t.Fatalf("ParseCount(%q) = %d, %v", v, n, cok)
+		}
+		if u, err := strconv.ParseUint(trimOWS(v), 10, 64); err == nil && (!cok || n != int64(min(u, math.MaxInt64))) {
+			t.Fatalf("ParseCount(%q) = %d, %v; want %d", v, n, cok, u)
+		}
+		used, limit, sok := ParseShopifyCallLimit(v)
+		if used < 0 || limit < 0 || (!sok && (used != 0 || limit != 0)) {
+			t.Fatalf("ParseShopifyCallLimit(%q) = %d, %d, %v", v, used, limit, sok)
+		}
+	})
+}
+
+// sfQuote writes s as a Structured Field String; ok is false when s has a
+// byte that a String cannot hold.
+func sfQuote(s string) (string, bool) {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f {
+			return "", false
+		}
+		if c == '"' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(c)
+	}
+	b.WriteByte('"')
+	return b.String(), true
+}
+
+func FuzzParseStructured(f *testing.F) {
+	f.Add(`"default";r=50;t=30`, `"default";q=100;w=60`, "default", uint64(50), uint64(30))
+	f.Add(`"burst";r=0;t=30, "daily";r=3;t=40000`, `"burst";q=100;w=60, "daily";q=1000;w=86400`, "burst", uint64(0), uint64(1))
+	f.Add(`limit=100, remaining=50, reset=5`, `100;w=10`, "x", uint64(1), uint64(1))
+	f.Add(`"a,b";r=1;t=2;pk=:AAAA:`, `"a\"b";q=1;w=1;qu="content-bytes"`, `a"b\c`, uint64(math.MaxUint64), uint64(math.MaxUint64))
+	f.Add(`(1 2);r=1, ?1;r=2, @1700000000;r=3, %"x";r=4`, `"x" ; q = 5 ; w = 2`, "", uint64(0), uint64(0))
+	f.Add(`"x";r=-1;t=1.5`, `"unterminated;q=1`, ",", uint64(7), uint64(86400))
+	f.Fuzz(func(t *testing.T, rl, pol, name string, r, sec uint64) {
+		check := func(what string, qs []StatedQuota) {
+			t.Helper()
+			if len(qs) > sfMaxMembers+1 {
+				t.Fatalf("%s: %d quotas from at most %d members", what, len(qs), sfMaxMembers)
+			}
+			for _, q := range qs {
+				checkCount(t, what+" Limit", q.Limit)
+				checkCount(t, what+" Remaining", q.Remaining)
+				checkBounded(t, what+" Reset", q.Reset)
+				checkBounded(t, what+" Window", q.Window)
+			}
+		}
+		rls, pols := ParseRateLimit(rl), ParseRateLimitPolicy(pol)
+		check("ParseRateLimit", rls)
+		check("ParseRateLimitPolicy", pols)
+		if !reflect.DeepEqual(rls, ParseRateLimit(rl)) || !reflect.DeepEqual(pols, ParseRateLimitPolicy(pol)) {
+			t.Fatal("not deterministic")
+		}
+		// Field lines split anywhere read as well as the whole line.
+		if i := len(rl) / 2; i < len(rl) {
+			check("ParseRateLimit (split)", ParseRateLimit(rl[:i], rl[i:]))
+		}
+
+		// A well-formed member, followed by anything, reads back first.
+		quoted, ok := sfQuote(name)
+		if !ok {
+			return
+		}
+		rs, ss := strconv.FormatUint(r, 10), strconv.FormatUint(sec, 10)
+		wantRemaining := int64(min(r, math.MaxInt64))
+		wantSeconds := MaxStatedDuration
+		if sec < uint64(MaxStatedDuration/time.Second) {
+			wantSeconds = time.Duration(sec) * time.Second
+		}
+		got := ParseRateLimit(quoted+";r="+rs+";t="+ss+", "+rl, pol)
+		want := StatedQuota{Name: name, Limit: -1, Remaining: wantRemaining, Reset: wantSeconds}
+		if len(got) == 0 || got[0] != want {
+			t.Fatalf("ParseRateLimit of %q;r=%s;t=%s then %q: %+v, want first %+v", quoted, rs, ss, rl, got, want)
+		}
+		gotPol := ParseRateLimitPolicy(quoted+";q="+rs+";w="+ss, pol)
+		wantPol := StatedQuota{Name: name, Limit: wantRemaining, Remaining: -1, Window: wantSeconds}
+		if len(gotPol) == 0 || gotPol[0] != wantPol {
+			t.Fatalf("ParseRateLimitPolicy of %q;q=%s;w=%s then %q: %+v, want first %+v", quoted, rs, ss, pol, gotPol, wantPol)
+		}
+
+		// Through ParseFeedback: the member is exhausted, so it wins.
+		h := http.Header{"Ratelimit": {quoted + ";r=0;t=" + ss, rl}, "Ratelimit-Policy": {pol}}
+		fb := ParseFeedback(http.StatusOK, h, testNow)
+		checkFeedbackBounds(t, http.StatusOK, fb)
+		if fb.Source != SourceRateLimit || fb.Remaining != 0 || fb.Reset < wantSeconds {
+			t.Fatalf("ParseFeedback(%v) = %+v; want the exhausted policy %q, reset at least %v", h, fb, name, wantSeconds)
+		}
+	})
+}
+
+var knownSources = map[string]bool{
+	SourceNone: true, SourceRetryAfter: true, SourceRateLimit: true, SourceRateLimitLegacy: true,
+	SourceOpenAI: true, SourceAnthropic: true, SourceXRateLimit: true, SourceShopify: true,
+}
+
+func checkFeedbackBounds(t *testing.T, status int, fb Feedback) {
+	t.Helper()
+	checkBounded(t, "RetryAfter", fb.RetryAfter)
+	checkBounded(t, "Reset", fb.Reset)
+	checkBounded(t, "Window", fb.Window)
+	checkCount(t, "Limit", fb.Limit)
+	checkCount(t, "Remaining", fb.Remaining)
+	if !knownSources[fb.Source] {
+		t.Fatalf("Source %q is not one of the constants", fb.Source)
+	}
+	if !fb.HasRetryAfter && fb.RetryAfter != 0 {
+		t.Fatalf("RetryAfter %v without HasRetryAfter", fb.RetryAfter)
+	}
+	switch status {
+	case http.StatusTooManyRequests:
+		if !fb.Limited {
+			t.Fatal("a 429 is not Limited")
+		}
+	case http.StatusForbidden, http.StatusServiceUnavailable:
+	default:
+		if fb.Limited {
+			t.Fatalf("status %d is Limited", status)
+		}
+	}
+}
+
+// fuzzHeaderNames are the fields ParseFeedback reads, and one it does not.
+var fuzzHeaderNames = []string{
+	"Retry-After", "RateLimit", "RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+	"RateLimit-ResetTime", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Used", "X-RateLimit-Reset",
+	"X-RateLimit-Reset-After", "X-Rate-Limit-Limit", "X-Rate-Limit-Remaining", "X-Rate-Limit-Reset",
+	"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+	"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens",
+	"anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset",
+	"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset",
+	"X-Shopify-Shop-Api-Call-Limit", "X-Unrelated",
+}
+
+// fuzzHeaderName picks a name by n's low bits and spells it by its high
+// bits: as listed, lower-case or upper-case.
+func fuzzHeaderName(n uint8) string {
+	name := fuzzHeaderNames[int(n&0x3f)%len(fuzzHeaderNames)]
+	switch n >> 6 {
+	case 1:
+		return strings.ToLower(name)
+	case 2:
+		return strings.ToUpper(name)
+	}
+	return name
+}
+
+func FuzzParseFeedback(f *testing.F) {
+	f.Add(429, uint8(0), "30", uint8(1), `"default";r=0;t=30`, uint8(2), `"default";q=100;w=60`, testNow.Unix(), int64(time.Second), int64(10*time.Minute))
+	f.Add(403, uint8(8), "0", uint8(10), "1748779260", uint8(7), "5000", testNow.Unix(), int64(time.Second), int64(0))
+	f.Add(200, uint8(17), "0", uint8(18), "6m0s", uint8(0x40|15), "60", testNow.Unix(), int64(-1), int64(-1))
+	f.Add(503, uint8(0x80), "Sun, 01 Jun 2025 12:00:10 GMT", uint8(26), "40/40", uint8(11), "64.57", int64(0), int64(math.MaxInt64), int64(math.MaxInt64))
+	f.Add(429, uint8(0), "99999999999999999999", uint8(9), "-1", uint8(4), "abc", int64(math.MinInt64), int64(math.MinInt64), int64(1))
+	f.Fuzz(func(t *testing.T, status int, n1 uint8, v1 string, n2 uint8, v2 string, n3 uint8, v3 string, unix, backoff, maxPause int64) {
+		h := http.Header{}
+		for _, kv := range []struct {
+			n uint8
+			v string
+		}{{n1, v1}, {n2, v2}, {n3, v3}} {
+			name := fuzzHeaderName(kv.n)
+			h[name] = append(h[name], kv.v)
+		}
+		before := http.Header{}
+		for k, v := range h {
+			before[k] = append([]string(nil), v...)
+		}
+		now := time.Unix(unix, 0)
+		fb := ParseFeedback(status, h, now)
+		checkFeedbackBounds(t, status, fb)
+		if !reflect.DeepEqual(h, before) {
+			t.Fatalf("ParseFeedback changed its header: %v, was %v", h, before)
+		}
+		if fb2 := ParseFeedback(status, h, now); fb2 != fb {
+			t.Fatalf("not deterministic: %+v then %+v", fb, fb2)
+		}
+		// Canonical and raw spellings of the same names read the same.
+		if fbc := ParseFeedback(status, canonicalHeader(h), now); fbc != fb {
+			t.Fatalf("canonical header reads %+v, raw %+v", fbc, fb)
+		}
+
+		d, m := time.Duration(backoff), time.Duration(maxPause)
+		p := fb.PauseFor(d, m)
+		limit := m
+		if m <= 0 || m > MaxStatedDuration {
+			limit = MaxStatedDuration
+		}
+		if p < 0 || p > limit {
+			t.Fatalf("%+v.PauseFor(%v, %v) = %v: outside [0, %v]", fb, d, m, p, limit)
+		}
+		if p != limit && p%durationResolution != 0 {
+			t.Fatalf("%+v.PauseFor(%v, %v) = %v: not rounded up", fb, d, m, p)
+		}
+		if !fb.Limited && !(fb.Remaining == 0 && fb.Reset > 0) && p != 0 {
+			t.Fatalf("%+v.PauseFor(%v, %v) = %v for a response that asks for no pause", fb, d, m, p)
+		}
+		if fb.Limited && d > 0 && p == 0 {
+			t.Fatalf("%+v.PauseFor(%v, %v) = 0 for a refusal", fb, d, m)
+		}
+	})
+}
