@@ -161,7 +161,7 @@ func parse(data []byte, file string) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, ErrorList{{Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}}.finish(file, 0)
 	}
-	p := newParser()
+	p := newParser(len(data))
 	cfg := p.document(data)
 	if len(p.errs) > 0 {
 		return nil, p.errs.finish(file, p.dropped)

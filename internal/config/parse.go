@@ -18,8 +18,10 @@ import (
 )
 
 const (
-	// nodeBudget bounds the key-value pairs visited, merge keys expanded,
-	// so that a small file of aliases cannot make parsing slow.
+	// nodeBudget bounds the key-value pairs visited, aliases and merge
+	// keys expanded, so that a small file of aliases cannot make parsing
+	// slow. A file of more bytes than this gets one step per byte: every
+	// pair written out takes several bytes.
 	nodeBudget = 1_000_000
 	// maxMergeDepth bounds merge keys that merge mappings that merge.
 	maxMergeDepth = 8
@@ -43,7 +45,9 @@ type parser struct {
 	overflow bool
 }
 
-func newParser() *parser { return &parser{budget: nodeBudget, seen: map[string]bool{}} }
+func newParser(size int) *parser {
+	return &parser{budget: max(nodeBudget, size), seen: map[string]bool{}}
+}
 
 // add records a problem at n (which may be nil).
 func (p *parser) add(n *yaml.Node, field string, cause error, format string, args ...any) {
@@ -84,7 +88,7 @@ func (p *parser) spend(n *yaml.Node) bool {
 		// The rest of the problems would be noise: report this one alone.
 		p.overflow = true
 		p.errs, p.dropped = nil, 0
-		p.keep(n, "", nil, "the file is too large once its aliases and merge keys are expanded (more than %d keys)", nodeBudget)
+		p.keep(n, "", nil, "the file is too large once its aliases and merge keys are expanded")
 	}
 	return false
 }
