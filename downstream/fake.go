@@ -1,13 +1,16 @@
 package downstream
 
+// This file is the fake third-party API: an HTTP server on a loopback port,
+// in the style of net/http/httptest, that enforces a quota exactly and
+// records the arrival of every call, for tests, benchmarks and the demo.
+
 import (
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"sort"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,133 +20,417 @@ import (
 type FakeMode int
 
 const (
-	// FakeStrict enforces Rate as a GCRA with a tolerance of Tolerance
-	// calls: a call earlier than its theoretical arrival time minus the
-	// tolerance gets 429.
+	// FakeStrict enforces FakeConfig.Rate as a GCRA (the generic cell rate
+	// algorithm, a leaky bucket used as a meter) with an emission interval
+	// T = 1/Rate and a tolerance of FakeConfig.Tolerance intervals.
+	//
+	// The state is one theoretical arrival time (TAT). A call arriving at
+	// t is allowed when max(TAT, t) - t <= Tolerance*T, and then moves TAT
+	// to max(TAT, t) + T; otherwise it gets 429 and TAT stays where it was
+	// (a refused call consumes no quota). So from rest the server allows
+	// Tolerance+1 calls at once (three at Tolerance 2), then one every T;
+	// calls spaced exactly T apart are never refused; and any window of
+	// one second holds at most ceil(Rate)+Tolerance allowed calls. The
+	// tolerance is what absorbs network jitter in front of a client that
+	// paces correctly.
 	FakeStrict FakeMode = iota
-	// FakeShopify enforces a leaky bucket of BucketSize calls that leaks
-	// Rate per second, answers with X-Shopify-Shop-Api-Call-Limit
-	// ("used/size"), and 429 with "Retry-After: 2.0" when full, like
-	// Shopify's REST Admin API.
+	// FakeShopify behaves like Shopify's REST Admin API: a leaky bucket of
+	// FakeConfig.BucketSize calls that leaks Rate calls per second. A call
+	// that would overflow the bucket gets 429 with "Retry-After: 2.0", and
+	// every answer carries X-Shopify-Shop-Api-Call-Limit: "used/size",
+	// where used counts the call itself and rounds partly leaked calls up.
+	// The bucket is the same GCRA as FakeStrict's with a tolerance of
+	// BucketSize-1 intervals: from empty it takes BucketSize calls at
+	// once. Tolerance is ignored.
 	FakeShopify
 )
 
-// FakeConfig configures a FakeServer.
+// String returns the mode's name.
+func (m FakeMode) String() string {
+	switch m {
+	case FakeStrict:
+		return "strict"
+	case FakeShopify:
+		return "shopify"
+	}
+	return "FakeMode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// FakeConfig configures a FakeServer. The zero value is an unlimited
+// server that answers every call at once with 200.
 type FakeConfig struct {
-	// Rate is the quota in calls per second; 0 is unlimited.
+	// Rate is the quota in calls per second; 0 is unlimited (every call
+	// is allowed and no quota header is sent). When positive it must lie
+	// in [1e-6, 1e9]. The emission interval 1/Rate is rounded up to the
+	// nanosecond, so the server never allows more than Rate.
 	Rate float64
-	// Tolerance is FakeStrict's burst tolerance in calls; default 1% of
-	// one second's quota, at least 2.
+	// Tolerance is FakeStrict's burst tolerance in calls (see FakeStrict).
+	// 0 means the default, 1% of one second's quota rounded down and at
+	// least 2: max(2, floor(Rate/100)). A negative value means no tolerance
+	// at all: a call earlier than its theoretical arrival time by even a
+	// nanosecond is refused.
 	Tolerance int
-	// Mode chooses the enforcement; default FakeStrict.
+	// Mode chooses the enforcement; the default is FakeStrict.
 	Mode FakeMode
-	// BucketSize is FakeShopify's bucket; default 40.
+	// BucketSize is FakeShopify's bucket in calls; 0 means 40, Shopify's
+	// standard bucket.
 	BucketSize int
-	// Latency is added before each answer (simulated work).
+	// Latency delays the answer to each allowed call (the simulated work),
+	// or less if the client gives up or the server closes first. Refusals
+	// and faults are answered at once.
 	Latency time.Duration
-	// MaxConcurrent, when positive, answers 429 to a call that would make
-	// more calls in flight.
+	// MaxConcurrent, when positive, answers 429 (Retry-After: 1) to a call
+	// that arrives while MaxConcurrent calls are already in flight; such a
+	// call consumes no quota. A call is in flight from its arrival until
+	// its answer is written (or the client gives up).
 	MaxConcurrent int
-	// Headers adds RateLimit-Policy / RateLimit and X-RateLimit-* fields
-	// to the answers (FakeStrict).
+	// Headers adds the quota's state to answers that are not faults:
+	// RateLimit-Policy and RateLimit in the structured-field form of
+	// draft-ietf-httpapi-ratelimit-headers, and X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset (delta seconds). See
+	// FakeServer for their values.
 	Headers bool
+	// Clock reads the time of each arrival; nil means time.Now, whose
+	// monotonic readings make the quota immune to wall clock steps. Tests
+	// set it to drive time explicitly; it is called with the server's lock
+	// held, once per call, so it must not call back into the server.
+	Clock func() time.Time
 }
 
 // FaultKind is a scripted misbehaviour of a FakeServer.
 type FaultKind int
 
-// The faults.
 const (
-	FaultNone        FaultKind = iota
-	Fault429Seconds            // 429 with Retry-After in seconds (Fault.After)
-	Fault429Date               // 429 with Retry-After as an HTTP date Fault.After ahead
-	Fault429NoHeader           // 429 with no Retry-After
-	Fault503                   // 503 with Retry-After in seconds (Fault.After)
-	FaultHang                  // no answer until the client gives up or Close
+	// FaultKindNone: the server enforces its quota normally.
+	FaultKindNone FaultKind = iota
+	// FaultKind429Seconds: every call gets 429 with Retry-After in
+	// delta-seconds, Fault.RetryAfter rounded up to a whole second.
+	FaultKind429Seconds
+	// FaultKind429Date: every call gets 429 with Retry-After as an
+	// HTTP-date Fault.RetryAfter after the call's arrival, rounded up to
+	// the next whole second (an HTTP-date has no fraction), so it is never
+	// less than Fault.RetryAfter away.
+	FaultKind429Date
+	// FaultKind429NoHeader: every call gets 429 without Retry-After.
+	FaultKind429NoHeader
+	// FaultKind503: every call gets 503, with Retry-After in delta-seconds
+	// (Fault.RetryAfter rounded up) when Fault.RetryAfter is positive and
+	// without it otherwise.
+	FaultKind503
+	// FaultKindHang: no call is answered; each is held until its client
+	// gives up or the server closes.
+	FaultKindHang
 )
 
-// Fault is a FakeServer's scripted misbehaviour, applied to every call
-// until changed.
-type Fault struct {
-	Kind  FaultKind
-	After time.Duration
+// String returns the kind's name.
+func (k FaultKind) String() string {
+	switch k {
+	case FaultKindNone:
+		return "none"
+	case FaultKind429Seconds:
+		return "429-seconds"
+	case FaultKind429Date:
+		return "429-date"
+	case FaultKind429NoHeader:
+		return "429-no-header"
+	case FaultKind503:
+		return "503"
+	case FaultKindHang:
+		return "hang"
+	}
+	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// FakeCounts are what a FakeServer answered.
+// Fault is a FakeServer's scripted misbehaviour, set with SetFault and
+// applied to every call that arrives until the next SetFault. A call that
+// meets a fault is recorded as an arrival but consumes no quota, and its
+// answer carries no quota headers. Build one with the constructors below or
+// as a literal.
+type Fault struct {
+	// Kind is the misbehaviour.
+	Kind FaultKind
+	// RetryAfter is what the kinds that send Retry-After announce; a
+	// negative value counts as 0.
+	RetryAfter time.Duration
+}
+
+// Faults without a parameter.
+var (
+	// FaultNone clears any fault: the server enforces its quota normally.
+	FaultNone = Fault{Kind: FaultKindNone}
+	// Fault429NoHeader answers every call 429 without Retry-After.
+	Fault429NoHeader = Fault{Kind: FaultKind429NoHeader}
+	// FaultHang answers no call: each is held until its client gives up
+	// or Close.
+	FaultHang = Fault{Kind: FaultKindHang}
+)
+
+// Fault429Seconds answers every call 429 with "Retry-After: n" (n below 0
+// sends 0).
+func Fault429Seconds(n int) Fault {
+	return Fault{Kind: FaultKind429Seconds, RetryAfter: time.Duration(max(n, 0)) * time.Second}
+}
+
+// Fault429Date answers every call 429 with Retry-After as an HTTP-date d
+// after the call's arrival, rounded up to the next whole second.
+func Fault429Date(d time.Duration) Fault {
+	return Fault{Kind: FaultKind429Date, RetryAfter: d}
+}
+
+// Fault503 answers every call 503 with "Retry-After: n" when n is
+// positive, and without Retry-After otherwise.
+func Fault503(n int) Fault {
+	return Fault{Kind: FaultKind503, RetryAfter: time.Duration(max(n, 0)) * time.Second}
+}
+
+// FakeCounts is what a FakeServer has answered since it started or since
+// its last Reset. Each call is counted when it arrives, with the answer
+// decided then, even if the client gives up before the answer is written.
 type FakeCounts struct {
-	Total, OK, Limited int
-	ByStatus           map[int]int
-	MaxConcurrent      int
+	// Total counts every call received: len(Arrivals()).
+	Total int
+	// OK counts the calls answered with a 2xx status.
+	OK int
+	// Limited counts the calls answered with 429, whatever the reason
+	// (quota, MaxConcurrent or a fault).
+	Limited int
+	// ByStatus counts the calls by the status of their answer.
+	ByStatus map[int]int
+	// Hung counts the calls held by FaultHang, which have no status.
+	// Total is the sum of ByStatus plus Hung.
+	Hung int
+	// InFlight is the number of calls in flight when Counts was called.
+	InFlight int
+	// MaxInFlight is the largest number of calls that were in flight at
+	// once, counting those refused for it.
+	MaxInFlight int
 }
 
 // FakeServer is a third-party API for tests, benchmarks and the demo, in
-// the style of net/http/httptest: it listens on a loopback port, enforces a
-// quota exactly (decided under one lock at each call's arrival), and
-// records the arrival time of every call.
+// the style of net/http/httptest: it listens on a loopback port, accepts
+// any method and path, reads and discards the request body, enforces a
+// quota (see FakeMode) decided exactly, under one lock, at each call's
+// arrival time, and records every arrival. Answers are small JSON bodies:
+// {"ok":true} for an allowed call, an error object otherwise.
+//
+// With FakeConfig.Headers the answers describe the quota's state after the
+// call: for FakeStrict, RateLimit-Policy: "default";q=Q;w=W states the
+// Rate as Q calls per W seconds, with W the smallest whole number of
+// seconds up to an hour in which Rate makes a whole number of calls (or, for
+// a rate that has none, W = ceil(1/Rate) and Q the calls in W rounded
+// down); RateLimit: "default";r=R;t=S states the R calls that would be
+// allowed if sent at once now (capped at Q) and the S seconds, rounded up,
+// until the server is back at rest. X-RateLimit-Limit, -Remaining and
+// -Reset carry Q, R and S. For FakeShopify, Q is the bucket size, W the
+// seconds it takes to leak a full bucket (rounded up), R the room left in
+// the bucket and S the seconds until it is empty.
+//
+// A refused call gets 429 with Retry-After in whole seconds, rounded up
+// and at least 1, when the next call would be allowed (FakeShopify: "2.0",
+// as Shopify sends).
 type FakeServer struct {
-	cfg  FakeConfig
-	srv  *httptest.Server
-	now  func() time.Time
-	stop chan struct{}
-	once sync.Once
+	cfg       FakeConfig
+	now       func() time.Time
+	interval  time.Duration // the emission interval; 0: unlimited
+	tolerance time.Duration // how far ahead of a call TAT may be
+	policy    string        // the RateLimit-Policy value
+	limit     int64         // Q, the stated quota
+	url       string
+	srv       *http.Server
+	client    *http.Client
+	stop      chan struct{} // closed by Close: releases held calls
+	served    chan struct{} // closed when Serve returns
+	closeOnce sync.Once
+	calls     sync.WaitGroup // the handlers running
 
 	mu       sync.Mutex
-	arrivals []time.Time
-	counts   FakeCounts
-	tat      time.Time // FakeStrict: theoretical arrival time
-	level    float64   // FakeShopify: calls in the bucket at levelAt
-	levelAt  time.Time
+	closed   bool
+	tat      time.Time // the theoretical arrival time
 	fault    Fault
-	inflight int
+	arrivals []time.Time
+	counts   FakeCounts // all but InFlight
+	inFlight int
 }
 
-// NewFakeServer starts a FakeServer on 127.0.0.1.
+// NewFakeServer starts a FakeServer on 127.0.0.1 (or ::1 when IPv4 has no
+// loopback), on a port of the system's choosing; Close stops it. Like
+// httptest.NewServer, it panics when it cannot listen, and also on an
+// invalid configuration: a Rate that is not 0 or within [1e-6, 1e9], a
+// negative BucketSize, MaxConcurrent or Latency, an unknown Mode, or a
+// Tolerance or BucketSize so large that the bucket's span overflows.
 func NewFakeServer(cfg FakeConfig) *FakeServer {
-	if cfg.Tolerance <= 0 {
-		cfg.Tolerance = max(2, int(math.Ceil(cfg.Rate/100)))
+	f := &FakeServer{
+		cfg:      cfg,
+		now:      cfg.Clock,
+		stop:     make(chan struct{}),
+		served:   make(chan struct{}),
+		arrivals: make([]time.Time, 0, 8192),
+		counts:   FakeCounts{ByStatus: map[int]int{}},
 	}
-	if cfg.BucketSize <= 0 {
-		cfg.BucketSize = 40
+	if f.now == nil {
+		f.now = time.Now
 	}
-	f := &FakeServer{cfg: cfg, now: time.Now, stop: make(chan struct{}), arrivals: make([]time.Time, 0, 1<<14)}
-	f.counts.ByStatus = map[int]int{}
-	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	if err := f.configure(); err != nil {
+		panic("downstream: NewFakeServer: " + err.Error())
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		panic(fmt.Sprintf("sluice: FakeServer: %v", err))
+		if ln, err = net.Listen("tcp6", "[::1]:0"); err != nil {
+			panic("downstream: NewFakeServer: cannot listen on a loopback port: " + err.Error())
+		}
 	}
-	f.srv.Listener = ln
-	f.srv.Start()
+	f.url = "http://" + ln.Addr().String()
+	f.srv = &http.Server{
+		Handler:           http.HandlerFunc(f.serve),
+		ReadHeaderTimeout: time.Minute,
+	}
+	f.client = &http.Client{Transport: &http.Transport{
+		Proxy:               nil, // loopback: never through a proxy
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 1024,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	go func() {
+		defer close(f.served)
+		_ = f.srv.Serve(ln) // returns http.ErrServerClosed on Close
+	}()
 	return f
 }
 
-// URL returns the server's base URL, http://127.0.0.1:port.
-func (f *FakeServer) URL() string { return f.srv.URL }
-
-// Close releases hung calls and stops the server.
-func (f *FakeServer) Close() {
-	f.once.Do(func() { close(f.stop) })
-	f.srv.CloseClientConnections()
-	f.srv.Close()
+// configure checks f.cfg, fills in its defaults and derives the GCRA's
+// parameters.
+func (f *FakeServer) configure() error {
+	c := &f.cfg
+	switch {
+	case math.IsNaN(c.Rate) || c.Rate < 0 || c.Rate > 0 && (c.Rate < 1e-6 || c.Rate > 1e9):
+		return fmt.Errorf("Rate %v is not 0 or within [1e-6, 1e9] calls per second", c.Rate)
+	case c.BucketSize < 0:
+		return fmt.Errorf("negative BucketSize %d", c.BucketSize)
+	case c.MaxConcurrent < 0:
+		return fmt.Errorf("negative MaxConcurrent %d", c.MaxConcurrent)
+	case c.Latency < 0:
+		return fmt.Errorf("negative Latency %v", c.Latency)
+	case c.Mode != FakeStrict && c.Mode != FakeShopify:
+		return fmt.Errorf("unknown Mode %v", c.Mode)
+	}
+	switch {
+	case c.Tolerance == 0:
+		c.Tolerance = max(2, int(c.Rate/100))
+	case c.Tolerance < 0:
+		c.Tolerance = 0
+	}
+	if c.BucketSize == 0 {
+		c.BucketSize = 40
+	}
+	if c.Rate == 0 {
+		return nil
+	}
+	// 1e9/Rate is at most 1e15 ns, far from overflow.
+	f.interval = time.Duration(math.Ceil(float64(time.Second) / c.Rate))
+	calls := int64(c.Tolerance)
+	if c.Mode == FakeShopify {
+		calls = int64(c.BucketSize) - 1
+	}
+	// Keep the span of a full bucket, plus one interval, within int64.
+	if calls > math.MaxInt64/int64(f.interval)-2 {
+		return fmt.Errorf("a bucket of %d calls at %v per call overflows", calls+1, f.interval)
+	}
+	f.tolerance = time.Duration(calls) * f.interval
+	var window int64
+	if c.Mode == FakeShopify {
+		f.limit = int64(c.BucketSize)
+		window = fakeCeilSeconds(time.Duration(c.BucketSize) * f.interval)
+	} else {
+		f.limit, window = fakeQuota(c.Rate)
+	}
+	f.policy = `"default";q=` + strconv.FormatInt(f.limit, 10) + ";w=" + strconv.FormatInt(window, 10)
+	return nil
 }
 
-// SetFault changes the server's behaviour for the calls that follow.
+// fakeQuota states rate as q calls per w seconds: the smallest whole w up
+// to an hour in which rate makes a whole number of calls or, failing that,
+// w = ceil(1/rate) and q the calls in w rounded down (understating, never
+// overstating, the quota).
+func fakeQuota(rate float64) (q, w int64) {
+	for w := int64(1); w <= 3600; w++ {
+		x := rate * float64(w)
+		if r := math.Round(x); r >= 1 && math.Abs(x-r) <= 1e-9*x {
+			return int64(r), w
+		}
+	}
+	w = max(1, int64(math.Ceil(1/rate)))
+	return max(1, int64(rate*float64(w))), w
+}
+
+// fakeCeilSeconds returns d in whole seconds, rounded up; 0 when d is not
+// positive.
+func fakeCeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
+}
+
+// URL returns the server's base URL, such as http://127.0.0.1:41234. Any
+// path below it is served.
+func (f *FakeServer) URL() string { return f.url }
+
+// Client returns an HTTP client for the server, with room for 1024 idle
+// connections so that a load test does not churn through ephemeral ports.
+// Close closes its idle connections.
+func (f *FakeServer) Client() *http.Client { return f.client }
+
+// Close stops the server: it refuses new connections, closes the open
+// ones, aborts the calls held by FaultHang or in their Latency (their
+// clients see the connection close, with no answer), and waits for every
+// handler to return (each does so promptly). Arrivals and Counts
+// remain readable. Close may be called more than once.
+func (f *FakeServer) Close() {
+	f.closeOnce.Do(func() {
+		f.mu.Lock()
+		f.closed = true // from here no handler joins f.calls
+		f.mu.Unlock()
+		close(f.stop)
+		_ = f.srv.Close()
+		<-f.served
+		f.calls.Wait()
+		f.client.CloseIdleConnections()
+	})
+}
+
+// SetFault changes the server's behaviour for the calls that arrive from
+// now on; FaultNone restores normal service. Calls already held by
+// FaultHang stay held.
 func (f *FakeServer) SetFault(fault Fault) {
 	f.mu.Lock()
 	f.fault = fault
 	f.mu.Unlock()
 }
 
-// Arrivals returns the arrival time of every call, sorted.
+// Arrivals returns a copy of the arrival time of every call since the
+// server started or was last Reset, sorted, whatever its answer. Each is
+// read from the clock (time.Now, with its monotonic reading, unless
+// FakeConfig.Clock says otherwise) as the handler starts, before the body
+// is read, under the lock that decides the quota: the order of the
+// arrivals is the order in which the calls were decided. The result is
+// never nil.
 func (f *FakeServer) Arrivals() []time.Time {
 	f.mu.Lock()
-	a := append([]time.Time(nil), f.arrivals...)
+	a := slices.Clone(f.arrivals)
 	f.mu.Unlock()
-	sort.Slice(a, func(i, j int) bool { return a[i].Before(a[j]) })
+	if a == nil {
+		a = []time.Time{}
+	}
+	// Arrivals are read and appended under one lock, so they are in order
+	// unless an injected clock went backwards; sorting sorted input is
+	// linear.
+	slices.SortFunc(a, time.Time.Compare)
 	return a
 }
 
-// Counts returns what the server has answered.
+// Counts returns what the server has answered since it started or was
+// last Reset.
 func (f *FakeServer) Counts() FakeCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -152,130 +439,197 @@ func (f *FakeServer) Counts() FakeCounts {
 	for k, v := range f.counts.ByStatus {
 		c.ByStatus[k] = v
 	}
+	c.InFlight = f.inFlight
 	return c
 }
 
-// Reset forgets the arrivals and counts (not the quota's state).
+// Reset forgets the arrivals and counts between the phases of a test or
+// benchmark. The quota's state and the fault are kept, and MaxInFlight
+// restarts from the calls in flight now.
 func (f *FakeServer) Reset() {
 	f.mu.Lock()
 	f.arrivals = f.arrivals[:0]
-	f.counts = FakeCounts{ByStatus: map[int]int{}}
+	f.counts = FakeCounts{ByStatus: map[int]int{}, MaxInFlight: f.inFlight}
 	f.mu.Unlock()
 }
 
-// admit decides one call at now; callers hold f.mu. It returns the status
-// and the headers to send.
-func (f *FakeServer) admit(now time.Time, h http.Header) int {
+// fakeDecision is the answer to one call, decided at its arrival.
+type fakeDecision struct {
+	status     int
+	hang       bool
+	retryAfter string // the Retry-After value; "" for none
+	body       string
+	quota      bool          // describe the quota in the headers
+	backlog    time.Duration // max(TAT - arrival, 0) after the decision
+}
+
+// The bodies of the answers.
+const (
+	fakeBodyOK          = `{"ok":true}`
+	fakeBodyLimited     = `{"error":"rate limited"}`
+	fakeBodyConcurrency = `{"error":"too many concurrent requests"}`
+	fakeBodyUnavailable = `{"error":"service unavailable"}`
+)
+
+// decide decides the call arriving at now and records the decision in the
+// counts; f.mu must be held and the call counted in f.inFlight.
+func (f *FakeServer) decide(now time.Time) fakeDecision {
+	d := f.decision(now)
+	switch {
+	case d.hang:
+		f.counts.Hung++
+	default:
+		f.counts.ByStatus[d.status]++
+		if d.status >= 200 && d.status < 300 {
+			f.counts.OK++
+		} else if d.status == http.StatusTooManyRequests {
+			f.counts.Limited++
+		}
+	}
+	return d
+}
+
+// decision applies the fault, MaxConcurrent and the quota, in that order,
+// to the call arriving at now; f.mu must be held.
+func (f *FakeServer) decision(now time.Time) fakeDecision {
 	switch f.fault.Kind {
-	case Fault429Seconds:
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(f.fault.After.Seconds()))))
-		return http.StatusTooManyRequests
-	case Fault429Date:
-		h.Set("Retry-After", now.Add(f.fault.After).UTC().Format(http.TimeFormat))
-		return http.StatusTooManyRequests
-	case Fault429NoHeader:
-		return http.StatusTooManyRequests
-	case Fault503:
-		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(f.fault.After.Seconds()))))
-		return http.StatusServiceUnavailable
-	}
-	if f.cfg.MaxConcurrent > 0 && f.inflight > f.cfg.MaxConcurrent {
-		h.Set("Retry-After", "1")
-		return http.StatusTooManyRequests
-	}
-	if f.cfg.Rate <= 0 {
-		return http.StatusOK
-	}
-	interval := time.Duration(float64(time.Second) / f.cfg.Rate)
-	if f.cfg.Mode == FakeShopify {
-		leaked := now.Sub(f.levelAt).Seconds() * f.cfg.Rate
-		f.level = math.Max(0, f.level-leaked)
-		f.levelAt = now
-		if f.level+1 > float64(f.cfg.BucketSize) {
-			h.Set("X-Shopify-Shop-Api-Call-Limit", fmt.Sprintf("%d/%d", f.cfg.BucketSize, f.cfg.BucketSize))
-			h.Set("Retry-After", "2.0")
-			return http.StatusTooManyRequests
+	case FaultKindHang:
+		return fakeDecision{hang: true}
+	case FaultKind429Seconds:
+		return fakeDecision{status: http.StatusTooManyRequests, body: fakeBodyLimited,
+			retryAfter: strconv.FormatInt(fakeCeilSeconds(f.fault.RetryAfter), 10)}
+	case FaultKind429Date:
+		at := now.Add(max(f.fault.RetryAfter, 0))
+		if r := at.Truncate(time.Second); !r.Equal(at) {
+			at = r.Add(time.Second)
 		}
-		f.level++
-		h.Set("X-Shopify-Shop-Api-Call-Limit", fmt.Sprintf("%d/%d", int(math.Ceil(f.level)), f.cfg.BucketSize))
-		return http.StatusOK
+		return fakeDecision{status: http.StatusTooManyRequests, body: fakeBodyLimited,
+			retryAfter: at.UTC().Format(http.TimeFormat)}
+	case FaultKind429NoHeader:
+		return fakeDecision{status: http.StatusTooManyRequests, body: fakeBodyLimited}
+	case FaultKind503:
+		d := fakeDecision{status: http.StatusServiceUnavailable, body: fakeBodyUnavailable}
+		if s := fakeCeilSeconds(f.fault.RetryAfter); s > 0 {
+			d.retryAfter = strconv.FormatInt(s, 10)
+		}
+		return d
 	}
-	tat := f.tat
-	if tat.Before(now) {
-		tat = now
+	d := fakeDecision{status: http.StatusOK, body: fakeBodyOK, quota: f.interval > 0}
+	if f.interval > 0 {
+		d.backlog = max(f.tat.Sub(now), 0)
 	}
-	tolerance := time.Duration(f.cfg.Tolerance) * interval
-	status := http.StatusOK
-	if now.Before(tat.Add(-tolerance)) {
-		status = http.StatusTooManyRequests
-		wait := tat.Add(-tolerance).Sub(now)
-		h.Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(wait.Seconds())))))
-	} else {
-		f.tat = tat.Add(interval)
+	if f.cfg.MaxConcurrent > 0 && f.inFlight > f.cfg.MaxConcurrent {
+		d.status, d.body, d.retryAfter = http.StatusTooManyRequests, fakeBodyConcurrency, "1"
+		return d
 	}
-	if f.cfg.Headers {
-		quota := int(math.Round(f.cfg.Rate))
-		used := f.tat.Sub(now)
-		remaining := max(0, f.cfg.Tolerance-int(math.Ceil(float64(used)/float64(interval)))+1)
-		reset := int(math.Ceil(used.Seconds()))
-		h.Set("RateLimit-Policy", fmt.Sprintf(`"default";q=%d;w=1`, quota))
-		h.Set("RateLimit", fmt.Sprintf(`"default";r=%d;t=%d`, remaining, reset))
-		h.Set("X-RateLimit-Limit", strconv.Itoa(quota))
-		h.Set("X-RateLimit-Remaining", strconv.Itoa(remaining))
-		h.Set("X-RateLimit-Reset", strconv.Itoa(reset))
+	if f.interval == 0 {
+		return d
 	}
-	return status
+	if d.backlog > f.tolerance {
+		d.status = http.StatusTooManyRequests
+		if f.cfg.Mode == FakeShopify {
+			d.retryAfter = "2.0"
+			d.body = fmt.Sprintf(`{"errors":"Exceeded %s calls per second for api client. Reduce request rates to resume uninterrupted service."}`,
+				strconv.FormatFloat(f.cfg.Rate, 'g', -1, 64))
+		} else {
+			d.retryAfter = strconv.FormatInt(max(1, fakeCeilSeconds(d.backlog-f.tolerance)), 10)
+			d.body = fakeBodyLimited
+		}
+		return d
+	}
+	f.tat = now.Add(d.backlog + f.interval)
+	d.backlog += f.interval
+	return d
 }
 
-func (f *FakeServer) serve(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
-	f.mu.Lock()
-	now := f.now()
-	f.arrivals = append(f.arrivals, now)
-	f.inflight++
-	if f.inflight > f.counts.MaxConcurrent {
-		f.counts.MaxConcurrent = f.inflight
+// setHeaders writes d's headers into h.
+func (f *FakeServer) setHeaders(h http.Header, d fakeDecision) {
+	h.Set("Content-Type", "application/json")
+	if d.retryAfter != "" {
+		h.Set("Retry-After", d.retryAfter)
 	}
-	hang := f.fault.Kind == FaultHang
-	status := http.StatusOK
-	if !hang {
-		status = f.admit(now, w.Header())
-	}
-	f.mu.Unlock()
-	defer func() {
-		f.mu.Lock()
-		f.inflight--
-		f.mu.Unlock()
-	}()
-	if hang {
-		select {
-		case <-r.Context().Done():
-		case <-f.stop:
-		}
+	if !d.quota {
 		return
 	}
-	if f.cfg.Latency > 0 {
-		select {
-		case <-time.After(f.cfg.Latency):
-		case <-r.Context().Done():
-		case <-f.stop:
+	// The calls that would be allowed at once: k more fit while
+	// backlog + (k-1)*interval <= tolerance.
+	var room int64
+	if d.backlog <= f.tolerance {
+		room = int64((f.tolerance-d.backlog)/f.interval) + 1
+	}
+	reset := strconv.FormatInt(fakeCeilSeconds(d.backlog), 10)
+	if f.cfg.Mode == FakeShopify {
+		used := min(f.limit, int64((d.backlog+f.interval-1)/f.interval))
+		h.Set("X-Shopify-Shop-Api-Call-Limit", strconv.FormatInt(used, 10)+"/"+strconv.FormatInt(f.limit, 10))
+		room = f.limit - used
+	}
+	if !f.cfg.Headers {
+		return
+	}
+	remaining := strconv.FormatInt(min(room, f.limit), 10)
+	h.Set("RateLimit-Policy", f.policy)
+	h.Set("RateLimit", `"default";r=`+remaining+";t="+reset)
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(f.limit, 10))
+	h.Set("X-RateLimit-Remaining", remaining)
+	h.Set("X-RateLimit-Reset", reset)
+}
+
+// serve is the handler of every call.
+func (f *FakeServer) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	f.calls.Add(1)
+	defer f.calls.Done()
+	now := f.now()
+	f.arrivals = append(f.arrivals, now)
+	f.counts.Total++
+	f.inFlight++
+	f.counts.MaxInFlight = max(f.counts.MaxInFlight, f.inFlight)
+	d := f.decide(now)
+	f.mu.Unlock()
+
+	inFlight := true
+	done := func() {
+		if inFlight {
+			inFlight = false
+			f.mu.Lock()
+			f.inFlight--
+			f.mu.Unlock()
 		}
 	}
-	f.mu.Lock()
-	f.counts.Total++
-	f.counts.ByStatus[status]++
+	defer done()
+
+	_, _ = io.Copy(io.Discard, r.Body)
 	switch {
-	case status < 300:
-		f.counts.OK++
-	case status == http.StatusTooManyRequests:
-		f.counts.Limited++
+	case d.hang:
+		select {
+		case <-r.Context().Done():
+			return
+		case <-f.stop:
+			// Abort: returning would send an empty 200.
+			panic(http.ErrAbortHandler)
+		}
+	case d.status < 300 && f.cfg.Latency > 0:
+		t := time.NewTimer(f.cfg.Latency)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		case <-f.stop:
+			panic(http.ErrAbortHandler)
+		}
 	}
-	f.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	if status < 300 {
-		io.WriteString(w, `{"ok":true}`)
-	} else {
-		io.WriteString(w, `{"error":"rate limited"}`)
-	}
+	f.setHeaders(w.Header(), d)
+	// The answer is decided and about to leave: the call is no longer in
+	// flight, so a client that waits for it before sending the next one
+	// never finds MaxConcurrent calls still counted.
+	done()
+	w.WriteHeader(d.status)
+	_, _ = io.WriteString(w, d.body)
 }
