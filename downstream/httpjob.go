@@ -113,8 +113,7 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		fb := ParseFeedback(code, resp.Header, time.Now())
-		return queue.Reschedule(fb.PauseFor(DefaultBackoff, DefaultMaxPause), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		return queue.Reschedule(pauseFor(resp, DefaultBackoff, DefaultMaxPause), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
 		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", HTTPJobType, job.ID, code, hr.URL.Host)
 	default:

@@ -130,8 +130,7 @@ func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Respons
 	if maxPause <= 0 {
 		maxPause = DefaultMaxPause
 	}
-	fb := ParseFeedback(resp.StatusCode, resp.Header, time.Now())
-	d := fb.PauseFor(backoff, maxPause)
+	d := pauseFor(resp, backoff, maxPause)
 	if d <= 0 {
 		return 0
 	}
@@ -192,4 +191,15 @@ func (m *Metrics) observe(name, code string) {
 		}
 		m.responses.WithLabelValues(name, code).Inc()
 	}
+}
+
+// pauseFor is how long a response asks the fleet to stop: what its limit
+// fields say, and for a 429 or 503 that says nothing, the default backoff
+// (never zero, which would retry in a hot loop).
+func pauseFor(resp *http.Response, backoff, maxPause time.Duration) time.Duration {
+	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(backoff, maxPause)
+	if d <= 0 && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+		d = backoff
+	}
+	return d
 }
