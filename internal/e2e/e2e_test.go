@@ -68,8 +68,13 @@ func TestEndToEnd(t *testing.T) {
 	t0 := time.Now()
 	worker, enqueue := binaries(t)
 	t.Logf("built the commands in %v", time.Since(t0))
-	const quota = 40
-	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: quota})
+	// The downstream refuses a call that comes more than 3 intervals
+	// (120ms) early. Calls leave the fleet on their slots, but a process
+	// the machine's scheduler wakes late sends late and the next one on
+	// time; on two shared cores running this test's six processes that
+	// jitter must stay inside the downstream's tolerance.
+	const quota = 25
+	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: quota, Tolerance: 3})
 	defer fake.Close()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
@@ -197,8 +202,8 @@ tenants:
 	if c.Total != accepted || c.Limited != 0 {
 		t.Fatalf("downstream saw %d calls (%d refused with 429); want exactly %d, none refused", c.Total, c.Limited, accepted)
 	}
-	// The pace: never more than the quota in any second (the fake
-	// server's own tolerance allows 2 early calls).
+	// The pace: never more than the quota in any second (plus the fake
+	// server's tolerance of 3 early calls).
 	arr := fake.Arrivals()
 	most, j := 0, 0
 	for i := range arr {
@@ -207,7 +212,7 @@ tenants:
 		}
 		most = max(most, i-j+1)
 	}
-	if most > quota+2 {
+	if most > quota+3 {
 		t.Fatalf("%d calls in one second; quota %d", most, quota)
 	}
 }
