@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hibiken/asynq"
+	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -38,6 +40,7 @@ type options struct {
 	demo                                   bool
 	demoFor                                time.Duration
 	demoRate                               int64
+	monitorReadOnly                        bool
 }
 
 func env(name, def string) string {
@@ -58,6 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
 	fs.Float64Var(&o.fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM lets running jobs finish")
+	fs.BoolVar(&o.monitorReadOnly, "monitor-read-only", true, "serve asynqmon's UI at /monitoring/ read-only (false lets it delete and retry tasks)")
 	fs.BoolVar(&o.demo, "demo", false, "run the whole system in this process: embedded Redis, a fake downstream with a quota, producers and workers")
 	fs.DurationVar(&o.demoFor, "demo-duration", 20*time.Second, "how long the demo runs (0: until interrupted)")
 	fs.Int64Var(&o.demoRate, "demo-quota", 50, "the demo downstream's quota, calls per second")
@@ -129,6 +133,7 @@ type worker struct {
 	http     *http.Server
 	ln       net.Listener
 	handlers *queue.ServeMux
+	closers  []func() error
 }
 
 func queueConfig(cfg *config.Config) queue.Config {
@@ -192,6 +197,11 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
+	if conn := asynqConnOpt(client); conn != nil {
+		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly})
+		mux.Handle("/monitoring/", mon)
+		w.closers = append(w.closers, mon.Close)
+	}
 	w.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	w.ln, err = net.Listen("tcp", o.listen)
 	if err != nil {
@@ -253,8 +263,25 @@ func (w *worker) run(ctx context.Context) error {
 	w.http.Shutdown(sctx)
 	w.server.Shutdown()
 	w.th.Close()
+	for _, c := range w.closers {
+		c()
+	}
 	return err
 }
 
 // Addr returns where the HTTP endpoints listen.
 func (w *worker) Addr() string { return w.ln.Addr().String() }
+
+// asynqConnOpt describes client's connection for asynqmon, which dials
+// its own: the same address, credentials and TLS.
+func asynqConnOpt(client redis.UniversalClient) asynq.RedisConnOpt {
+	switch c := client.(type) {
+	case *redis.Client:
+		o := c.Options()
+		return asynq.RedisClientOpt{Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
+	case *redis.ClusterClient:
+		o := c.Options()
+		return asynq.RedisClusterClientOpt{Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}
+	}
+	return nil
+}

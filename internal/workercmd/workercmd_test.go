@@ -1,0 +1,91 @@
+package workercmd
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestWorkerEndpoints runs the worker on an embedded Redis and checks its
+// HTTP surface, then stops it as SIGTERM would.
+func TestWorkerEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- Main(ctx, []string{"-policy", policy, "-listen", addr}, io.Discard, &out) }()
+	get := func(path string) (int, string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get("http://" + addr + path)
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode, string(b)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: %v\n%s", path, err, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(`{"tenant":"a","type":"x"}`))
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /enqueue: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "sluice_queue_handed_over_total") {
+		t.Fatalf("/metrics: %d, missing sluice series", code)
+	}
+	if code, _ := get("/monitoring/"); code != 200 {
+		t.Fatalf("/monitoring/: %d", code)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop within 20s")
+	}
+	if !strings.Contains(out.String(), "embedded Redis") {
+		t.Fatalf("no notice of the embedded Redis:\n%s", out.String())
+	}
+}
+
+func TestWorkerBadPolicy(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	os.WriteFile(policy, []byte("queue:\n  bound: 10\ndownstreams:\n  api:\n    rate: 0\n"), 0o644)
+	var out bytes.Buffer
+	if code := Main(context.Background(), []string{"-policy", policy}, io.Discard, &out); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(out.String(), "policy.yaml:5") || !strings.Contains(out.String(), "downstreams.api.rate") {
+		t.Fatalf("the error does not name the line and field:\n%s", out.String())
+	}
+}
