@@ -95,8 +95,8 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	if err := s.handOver(ctx, job, env); err != nil {
 		// asynq does not have it: put it back where it was.
 		if perr := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-			[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth},
-			job.ID, env, enc, 0, s.cfg.now()).Err(); perr != nil {
+			[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
+			job.ID, env, enc, 0, s.cfg.now(), job.Class).Err(); perr != nil {
 			s.log.Error("sluice: job neither handed over nor put back; the recovery will put it back",
 				"job", job.ID, "err", err, "put_back_err", perr)
 		}
@@ -179,8 +179,8 @@ func (s *Server) Recover(ctx context.Context) (int, error) {
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			if err := scripts.QueueUntake.Run(ctx, s.client,
-				[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth},
-				job.ID, env, enc, 0, s.cfg.now()).Err(); err != nil {
+				[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
+				job.ID, env, enc, 0, s.cfg.now(), job.Class).Err(); err != nil {
 				return put, err
 			}
 			put++
@@ -188,7 +188,7 @@ func (s *Server) Recover(ctx context.Context) (int, error) {
 			return put, err
 		case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
 			// Finished without our start (a duplicate): count it out.
-			if err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth}, job.ID, enc).Err(); err != nil {
+			if err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth}, job.ID, enc, job.Class).Err(); err != nil {
 				return put, err
 			}
 		}

@@ -74,6 +74,8 @@ type Job struct {
 	Retried int `json:"retried,omitempty"`
 	// Moves counts hand-overs to asynq; part of the asynq task id.
 	Moves int `json:"moves,omitempty"`
+	// Class is the tenant's metrics class at enqueue ("default" if none).
+	Class string `json:"class,omitempty"`
 }
 
 // Errors. Errors with details wrap these; test with errors.Is.

@@ -11,8 +11,8 @@ const DefaultPrefix = "sluice:q"
 // queue's hash tag, so that one script can touch them together on Redis
 // Cluster.
 type keys struct {
-	meta, tdepth, ring, members, weights, turns, sleep, handed, envelopes string
-	tenantPrefix, admPrefix                                               string
+	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, envelopes string
+	tenantPrefix, admPrefix                                                       string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -26,6 +26,7 @@ func newKeys(prefix, queue string) (keys, error) {
 	return keys{
 		meta:         k("meta"),
 		tdepth:       k("tdepth"),
+		cdepth:       k("cdepth"),
 		ring:         k("ring"),
 		members:      k("members"),
 		weights:      k("weights"),

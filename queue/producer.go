@@ -23,6 +23,9 @@ type TenantPolicy struct {
 	// Weight is the tenant's share of the fair drain: a tenant of weight
 	// 3 has up to 3 jobs handed over per turn. Default 1; at most 100.
 	Weight int
+	// Class labels the tenant's metrics (backlog, wait, throttled time);
+	// tenants are never labels. Default "default".
+	Class string
 }
 
 // Config configures a Producer, and the waiting room a Server drains.
@@ -146,6 +149,10 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	job.Retried, job.Moves = 0, 0
 	tp := p.cfg.Tenants(job.Tenant)
+	job.Class = tp.Class
+	if job.Class == "" {
+		job.Class = "default"
+	}
 	weight := tp.Weight
 	if weight <= 0 {
 		weight = 1
@@ -182,9 +189,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	k := p.keys
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey},
+		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth},
 		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now()).Int64Slice()
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -223,6 +230,8 @@ type Stats struct {
 	Tenants int64
 	// Sleeping counts tenants skipped until their throttle has room.
 	Sleeping int64
+	// ByClass counts Depth per tenant metrics class.
+	ByClass map[string]int64
 }
 
 // Stats reads the waiting room's counters (a handful of commands).
@@ -236,11 +245,17 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	handed := pipe.ZCard(ctx, k.handed)
 	tenants := pipe.HLen(ctx, k.tdepth)
 	sleeping := pipe.ZCard(ctx, k.sleep)
+	classes := pipe.HGetAll(ctx, k.cdepth)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Stats{}, err
 	}
 	d, _ := depth.Int64()
-	return Stats{Depth: d, HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val()}, nil
+	st := Stats{Depth: d, HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
+	for c, v := range classes.Val() {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		st.ByClass[c] = n
+	}
+	return st, nil
 }
 
 // TenantDepth returns how many of tenant's jobs are in the queue and not

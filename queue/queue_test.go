@@ -105,7 +105,7 @@ func TestAdmissionAndTenantBound(t *testing.T) {
 		pol := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Hour}
 		cfg.Tenants = func(tenant string) TenantPolicy {
 			if tenant == "limited" {
-				return TenantPolicy{Admission: &pol}
+				return TenantPolicy{Admission: &pol, Class: "gold"}
 			}
 			return TenantPolicy{}
 		}
@@ -137,6 +137,10 @@ func TestAdmissionAndTenantBound(t *testing.T) {
 		}
 		if d, _ := p.TenantDepth(ctx, "other"); d != 3 {
 			t.Fatalf("tenant depth %d, want 3", d)
+		}
+		// Backlog per metrics class: refused jobs are not counted.
+		if st, err := p.Stats(ctx); err != nil || st.ByClass["gold"] != 2 || st.ByClass["default"] != 3 || st.Depth != 5 {
+			t.Fatalf("stats %+v, %v; want 2 gold and 3 default", st, err)
 		}
 	})
 }
@@ -283,7 +287,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		waitFor(t, 5*time.Second, "depth 0", func() bool {
 			st, err := p.Stats(context.Background())
-			return err == nil && st.Depth == 0
+			return err == nil && st.Depth == 0 && len(st.ByClass) == 0
 		})
 	})
 }

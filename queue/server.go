@@ -144,9 +144,10 @@ func (s *Server) Start(h Handler) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.recoverLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
 	return nil
 }
 
@@ -274,7 +275,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 // markStarted counts job out of the queue's depth: its handler starts
 // (idempotent: a retried job was counted out already).
 func (s *Server) markStarted(ctx context.Context, job *Job, enc string) error {
-	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth}, job.ID, enc).Int()
+	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth, s.keys.cdepth}, job.ID, enc, job.Class).Int()
 	if err != nil {
 		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
 	}
@@ -295,14 +296,35 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth},
-		job.ID, env, enc, int64(d/time.Microsecond), s.cfg.now()).Err(); err != nil {
+		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
+		job.ID, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
+	s.cfg.Metrics.putBackFor(job, d)
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// sampleLoop refreshes the backlog gauge every 10 seconds (one small
+// pipeline: a hash with one field per tenant class).
+func (s *Server) sampleLoop(ctx context.Context) {
+	if s.cfg.Metrics == nil {
+		return
+	}
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		if st, err := readStats(ctx, s.client, s.keys); err == nil {
+			s.cfg.Metrics.sampleBacklog(st.ByClass)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }

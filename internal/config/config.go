@@ -123,6 +123,10 @@ type Tenant struct {
 	Policy *algorithms.Policy
 	// Weight is the tenant's share of the fair drain, 1 to MaxWeight.
 	Weight int
+	// Class labels the tenant's metrics (backlog, wait, throttled time):
+	// tenants are never metric labels themselves, their number being
+	// unbounded. Empty means "default".
+	Class string
 }
 
 // Parse reads a policy file's contents. On failure it returns an

@@ -34,7 +34,7 @@ var (
 	topFields        = []string{"queue", "downstreams", "tenants"}
 	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload"}
 	downstreamFields = []string{"base_url", "rate", "per", "burst", "max_wait", "concurrency", "lease", "per_tenant", "timeout"}
-	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight"}
+	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight", "class"}
 )
 
 type parser struct {
@@ -901,13 +901,21 @@ func (p *parser) tenant(kv pair, field string) (Tenant, bool) {
 			w, ok := p.intRange(f.val, ff, 1, MaxWeight)
 			t.Weight = int(w)
 			good = good && ok
+		case "class":
+			s, ok := p.text(f.val, ff)
+			if ok && !validClass(s) {
+				p.add(f.val, ff, nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(s, 40))
+				ok = false
+			}
+			t.Class = s
+			good = good && ok
 		default:
 			p.unknown(f, field, tenantFields)
 			good = false
 			continue
 		}
 		nodes[f.name] = f.val
-		if f.name != "weight" {
+		if f.name != "weight" && f.name != "class" {
 			hasPolicy = true
 		}
 	}
@@ -932,4 +940,18 @@ func (p *parser) tenant(kv pair, field string) (Tenant, bool) {
 	}
 	t.Policy = &pol
 	return t, true
+}
+
+// validClass reports whether s is a usable metrics class name.
+func validClass(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -190,7 +190,7 @@ func producerConfig(cfg *config.Config) queue.Config {
 			if !ok {
 				return queue.TenantPolicy{}
 			}
-			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight}
+			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
 		},
 	}
 }

@@ -7,11 +7,12 @@
 -- KEYS     1 meta hash (depth: jobs waiting or handed to asynq but not
 --          started), 2 per-tenant depth hash, 3 ring of tenants with work,
 --          4 set of tenants in the ring or asleep, 5 weights hash,
---          6 the tenant's list, 7 the tenant's admission state
+--          6 the tenant's list, 7 the tenant's admission state, 8 per-class
+--          depth hash (for metrics)
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight, 5 the job's envelope, 6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or "")
+--          now or ""), 14 the tenant's metrics class
 -- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
 --          {1, depth, bound, 0, 0} queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
@@ -32,4 +33,5 @@ end
 redis.call('HSET', KEYS[5], tenant, ARGV[4])
 redis.call('HINCRBY', KEYS[1], 'depth', 1)
 redis.call('HINCRBY', KEYS[2], tenant, 1)
+redis.call('HINCRBY', KEYS[8], ARGV[14], 1)
 return {0, depth + 1, d[2], d[3], 0}

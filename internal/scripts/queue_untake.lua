@@ -6,9 +6,11 @@
 -- until a time.
 -- KEYS     1 the tenant's list, 2 handed-over jobs, 3 handed-over
 --          envelopes, 4 ring, 5 set of tenants in the ring or asleep,
---          6 sleeping tenants, 7 meta hash, 8 per-tenant depth hash
+--          6 sleeping tenants, 7 meta hash, 8 per-tenant depth hash,
+--          9 per-class depth hash
 -- ARGV     1 job id, 2 the envelope to put back, 3 tenant (encoded),
---          4 sleep (µs, 0: none), 5 now in µs or "" for TIME
+--          4 sleep (µs, 0: none), 5 now in µs or "" for TIME, 6 the
+--          tenant's metrics class
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[5])
@@ -17,6 +19,7 @@ if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
 else
   redis.call('HINCRBY', KEYS[7], 'depth', 1)
   redis.call('HINCRBY', KEYS[8], ARGV[3], 1)
+  redis.call('HINCRBY', KEYS[9], ARGV[6], 1)
 end
 redis.call('LPUSH', KEYS[1], ARGV[2])
 local sleep = tonumber(ARGV[4])

@@ -147,7 +147,7 @@ func queueConfig(cfg *config.Config) queue.Config {
 			if !ok {
 				return queue.TenantPolicy{}
 			}
-			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight}
+			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
 		},
 	}
 }
