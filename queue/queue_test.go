@@ -95,6 +95,20 @@ func TestBoundIsExact(t *testing.T) {
 		if err != nil || st.Depth != 1000 || st.Tenants != 7 {
 			t.Fatalf("stats %+v, %v", st, err)
 		}
+		// Hand everything to asynq (its one worker holds the first job):
+		// asynq's Inspector counts the same 1,000.
+		release := make(chan struct{})
+		defer close(release)
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 2000},
+			HandlerFunc(func(ctx context.Context, j *Job) error { <-release; return nil }))
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "asynq to hold the 1,000 jobs", func() bool {
+			info, err := ins.GetQueueInfo(cfg.Queue)
+			return err == nil && info.Pending+info.Active == 1000
+		})
+		if st, _ := p.Stats(context.Background()); st.Depth != 999 || st.HandedOver != 999 {
+			t.Fatalf("stats %+v; want 999 handed over and not started (one running)", st)
+		}
 	})
 }
 
