@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -182,4 +183,23 @@ func (c *Config) TenantPolicy(id string) (Tenant, bool) {
 	}
 	t, ok := c.Tenants[DefaultTenant]
 	return t, ok
+}
+
+// QueueConfig returns the queue's settings for queue.NewProducer and
+// queue.NewServer: its name and bounds, and each tenant's admission
+// policy, weight and class from the tenants section.
+func (c *Config) QueueConfig() queue.Config {
+	return queue.Config{
+		Queue:       c.Queue.Name,
+		Bound:       c.Queue.Bound,
+		TenantBound: c.Queue.TenantBound,
+		MaxPayload:  int(c.Queue.MaxPayload),
+		Tenants: func(id string) queue.TenantPolicy {
+			t, ok := c.TenantPolicy(id)
+			if !ok {
+				return queue.TenantPolicy{}
+			}
+			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
+		},
+	}
 }

@@ -126,7 +126,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitUsage
 	}
 	defer client.Close()
-	p, err := queue.NewProducer(client, producerConfig(cfg))
+	p, err := queue.NewProducer(client, cfg.QueueConfig())
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)
 		return ExitUsage
@@ -177,22 +177,6 @@ func dial(o options) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("-redis: %w (want redis://host:port/db or rediss://)", err)
 	}
 	return redis.NewClient(u), nil
-}
-
-func producerConfig(cfg *config.Config) queue.Config {
-	return queue.Config{
-		Queue:       cfg.Queue.Name,
-		Bound:       cfg.Queue.Bound,
-		TenantBound: cfg.Queue.TenantBound,
-		MaxPayload:  int(cfg.Queue.MaxPayload),
-		Tenants: func(id string) queue.TenantPolicy {
-			t, ok := cfg.TenantPolicy(id)
-			if !ok {
-				return queue.TenantPolicy{}
-			}
-			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
-		},
-	}
 }
 
 // one enqueues job, waiting and retrying as refusals say when -wait is

@@ -136,22 +136,6 @@ type worker struct {
 	closers  []func() error
 }
 
-func queueConfig(cfg *config.Config) queue.Config {
-	return queue.Config{
-		Queue:       cfg.Queue.Name,
-		Bound:       cfg.Queue.Bound,
-		TenantBound: cfg.Queue.TenantBound,
-		MaxPayload:  int(cfg.Queue.MaxPayload),
-		Tenants: func(id string) queue.TenantPolicy {
-			t, ok := cfg.TenantPolicy(id)
-			if !ok {
-				return queue.TenantPolicy{}
-			}
-			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
-		},
-	}
-}
-
 func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
 	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -160,7 +144,7 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 	if err != nil {
 		return nil, err
 	}
-	qc := queueConfig(cfg)
+	qc := cfg.QueueConfig()
 	if w.producer, err = queue.NewProducer(client, qc); err != nil {
 		return nil, err
 	}
