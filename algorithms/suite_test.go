@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -94,9 +93,8 @@ func miniClient(t *testing.T) redis.UniversalClient {
 	if c, ok := minis.Load(t); ok {
 		return c.(redis.UniversalClient)
 	}
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close(); minis.Delete(t) })
+	c := redistest.Mini(t)
+	t.Cleanup(func() { minis.Delete(t) })
 	minis.Store(t, c)
 	return c
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -21,27 +20,9 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-type target struct {
-	name   string
-	client func(t *testing.T) redis.UniversalClient
-}
-
-func targets() []target {
-	return []target{
-		{"miniredis", func(t *testing.T) redis.UniversalClient {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"redis-standalone", func(t *testing.T) redis.UniversalClient { return redistest.Shared(t) }},
-		{"redis-cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
-	}
-}
-
 func forEachTarget(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
-	for _, tg := range targets() {
-		t.Run(tg.name, func(t *testing.T) { f(t, tg.client(t)) })
+	for _, tg := range redistest.Targets() {
+		t.Run(tg.Name, func(t *testing.T) { f(t, tg.Client(t)) })
 	}
 }
 

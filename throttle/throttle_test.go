@@ -31,27 +31,9 @@ func (c *fakeClock) Set(d time.Duration) {
 	c.mu.Unlock()
 }
 
-type target struct {
-	name   string
-	client func(t *testing.T) redis.UniversalClient
-}
-
-func targets() []target {
-	return []target{
-		{"miniredis", func(t *testing.T) redis.UniversalClient {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { c.Close() })
-			return c
-		}},
-		{"redis-standalone", func(t *testing.T) redis.UniversalClient { return redistest.Shared(t) }},
-		{"redis-cluster", func(t *testing.T) redis.UniversalClient { return redistest.SharedCluster(t) }},
-	}
-}
-
 func forEachTarget(t *testing.T, f func(t *testing.T, client redis.UniversalClient)) {
-	for _, tg := range targets() {
-		t.Run(tg.name, func(t *testing.T) { f(t, tg.client(t)) })
+	for _, tg := range redistest.Targets() {
+		t.Run(tg.Name, func(t *testing.T) { f(t, tg.Client(t)) })
 	}
 }
 
