@@ -141,7 +141,9 @@ func TestHTTPJobOutcomes(t *testing.T) {
 			var re *queue.RescheduleError
 			return err != nil && !errors.As(err, &re) && !strings.Contains(err.Error(), "answer body")
 		}, "a retryable error"},
-		{404, nil, ok, func(err error) bool { return err != nil && strings.Contains(err.Error(), "HTTP 404") && strings.Contains(err.Error(), "answer body") }, "archived with the body"},
+		{404, nil, ok, func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "HTTP 404") && strings.Contains(err.Error(), "answer body")
+		}, "archived with the body"},
 		{200, nil, `{"url":"http://evil.example/x"}`, func(err error) bool { return err != nil && strings.Contains(err.Error(), "outside") }, "refused URL"},
 		{200, nil, `not json`, func(err error) bool { return err != nil && strings.Contains(err.Error(), "payload") }, "bad payload"},
 	} {
