@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -36,74 +37,114 @@ func (s *Server) dispatchLoop(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
+		case <-s.wake: // a job of this process started: room in the prefetch
+			timer.Stop()
 		}
 	}
 }
 
-// dispatchOne hands at most one job to asynq. It returns how long to wait
+// dispatchBatch is the most jobs one claim takes.
+const dispatchBatch = 32
+
+// dispatchOne hands a batch of jobs to asynq. It returns how long to wait
 // before the next attempt (0: go on at once).
 func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	k := s.keys
+	peek := "0"
+	if s.cfg.Throttle != nil {
+		peek = "1"
+	}
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed},
-		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now()).Slice()
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.envelopes},
+		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek).Slice()
 	if err != nil {
 		return 0, err
 	}
 	status, _ := v[0].(int64)
 	switch status {
-	case 2: // prefetch full: the workers are busy
-		return s.cfg.PollInterval / 5, nil
+	case 2: // prefetch full: the workers are busy; a start wakes us
+		return s.cfg.PollInterval, nil
 	case 0: // nothing ready
 		wait := s.cfg.PollInterval
 		if us, ok := v[1].(int64); ok && us >= 0 && time.Duration(us)*time.Microsecond < wait {
 			wait = time.Duration(us) * time.Microsecond
 		}
 		return wait, nil
+	case 1: // a job to check against its throttle first
+		enc, _ := v[1].(string)
+		env, _ := v[2].(string)
+		return 0, s.checkAndTake(ctx, enc, env)
 	}
-	enc, _ := v[1].(string)
-	env, _ := v[2].(string)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	errs := make(chan error, len(v))
+	for i := 2; i+1 < len(v); i += 2 {
+		enc, _ := v[i].(string)
+		env, _ := v[i+1].(string)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := s.handOverOrPutBack(ctx, enc, env); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return 0, <-errs
+}
+
+// checkAndTake peeks at the throttle of a job that names a downstream:
+// the limit is checked before dequeue, so a tenant whose throttle is
+// paused or whose next slot is too far away sleeps, costing nothing, while
+// other tenants' jobs flow. Otherwise it takes the job and hands it over.
+func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
+	k := s.keys
 	job, err := decodeJob([]byte(env))
 	if err != nil {
-		return 0, err
+		return err
 	}
-	list := k.tenantPrefix + enc
-	// The limit is checked before dequeue: a tenant whose throttle is
-	// paused or whose next slot is too far away sleeps, costing nothing,
-	// while other tenants' jobs flow.
 	if key, d, ok := s.throttleFor(job); ok {
 		r, err := s.cfg.Throttle.Peek(ctx, key, d.Limit, job.cost())
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if !r.OK {
 			if err := scripts.QueueSleep.Run(ctx, s.client, []string{k.ring, k.sleep},
 				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now()).Err(); err != nil {
-				return 0, err
+				return err
 			}
 			s.cfg.Metrics.slept(d.Limit.Name)
-			return 0, nil
+			return nil
 		}
 	}
-	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{list, k.handed, k.envelopes}, env, job.ID, s.cfg.now()).Int()
-	if err != nil {
-		return 0, err
+	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{k.tenantPrefix + enc, k.handed, k.envelopes}, env, job.ID, s.cfg.now()).Int()
+	if err != nil || taken == 0 {
+		return err // taken == 0: another dispatcher took it first
 	}
-	if taken == 0 {
-		return 0, nil // another dispatcher took it first
+	return s.handOverOrPutBack(ctx, enc, env)
+}
+
+// handOverOrPutBack hands a taken job to asynq, or puts it back where it
+// was if asynq will not have it.
+func (s *Server) handOverOrPutBack(ctx context.Context, enc, env string) error {
+	k := s.keys
+	job, err := decodeJob([]byte(env))
+	if err != nil {
+		return err
 	}
 	if err := s.handOver(ctx, job, env); err != nil {
-		// asynq does not have it: put it back where it was.
 		if perr := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-			[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
+			[]string{k.tenantPrefix + enc, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
 			job.ID, env, enc, 0, s.cfg.now(), job.Class).Err(); perr != nil {
 			s.log.Error("sluice: job neither handed over nor put back; the recovery will put it back",
 				"job", job.ID, "err", err, "put_back_err", perr)
 		}
-		return 0, err
+		return err
 	}
 	s.cfg.Metrics.handedOver(job)
-	return 0, nil
+	return nil
 }
 
 // handOver enqueues job into asynq under the task id of this hand-over. A

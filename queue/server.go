@@ -71,6 +71,7 @@ type Server struct {
 	log       *slog.Logger
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	wake      chan struct{} // a job started: the prefetch has room
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -112,7 +113,7 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 	if cfg.Downstreams == nil {
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
-	s := &Server{client: client, cfg: cfg, log: cfg.Logger}
+	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -281,6 +282,10 @@ func (s *Server) markStarted(ctx context.Context, job *Job, enc string) error {
 	}
 	if started == 1 {
 		s.cfg.Metrics.started(job)
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }

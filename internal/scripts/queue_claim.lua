@@ -1,43 +1,71 @@
--- Pick the next tenant with work, round-robin (weighted), and show its
--- oldest job without removing it. Tenants whose sleep has ended rejoin the
--- ring first; tenants found with no work leave it.
+-- Pick tenants with work round-robin (weighted) and take their oldest jobs
+-- out of the waiting room, up to a batch, to hand them to asynq. A job that
+-- names a downstream, when the dispatcher must first check its throttle,
+-- is only shown, not taken (the batch stops there); the dispatcher then
+-- takes it with queue_take.lua or puts its tenant to sleep. Tenants whose
+-- sleep has ended rejoin the ring first; tenants found with no work leave
+-- it. Taken jobs stay counted in the queue's depth until their handler
+-- starts (queue_start.lua), and are remembered as handed over, so that a
+-- dispatcher that dies before asynq has them does not lose them.
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 handed-over
---          jobs (sorted set by hand-over time)
+--          jobs (sorted set by hand-over time), 7 handed-over envelopes
 -- ARGV     1 prefetch (most handed-over jobs at once), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
---          µs or "" for the server's TIME
--- Uses     prelude.lua (clock)
--- Returns  {1, tenant, envelope}  the tenant and its oldest job
---          {0, wait µs}           nothing ready; the next sleeper wakes in
---                                 wait µs (-1: nobody sleeps)
---          {2, handed over}       prefetch is full
+--          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
+--          if jobs that name a downstream must be shown, not taken
+-- Uses     prelude.lua (int, clock)
+-- Returns  {3, n, tenant, envelope, ...}  n jobs taken
+--          {1, tenant, envelope}         a job to check before taking
+--          {0, wait µs}                  nothing ready; the next sleeper
+--                                        wakes in wait µs (-1: none)
+--          {2, handed over}              prefetch is full
 local now = clock(ARGV[3])
 local handed = redis.call('ZCARD', KEYS[6])
-if handed >= tonumber(ARGV[1]) then return {2, handed} end
+local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
+if room <= 0 then return {2, handed} end
+local peek = ARGV[5] == '1'
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
   redis.call('ZREM', KEYS[2], t)
   redis.call('RPUSH', KEYS[1], t)
 end
-for _ = 1, 32 do
+local out, n, empties = {3, 0}, 0, 0
+while n < room and empties < 32 do
   local tenant = redis.call('LINDEX', KEYS[1], 0)
   if not tenant then break end
-  local head = redis.call('LINDEX', ARGV[2] .. tenant, 0)
+  local list = ARGV[2] .. tenant
+  local head = redis.call('LINDEX', list, 0)
   if not head then
+    empties = empties + 1
     redis.call('LPOP', KEYS[1])
     redis.call('SREM', KEYS[3], tenant)
     redis.call('HDEL', KEYS[4], tenant)
     redis.call('HDEL', KEYS[5], tenant)
   else
+    -- Payloads are base64 in the envelope, and string fields escape
+    -- their quotes, so this text only ever is the downstream field.
+    local check = peek and string.find(head, '"downstream":"', 1, true)
+    if check and n > 0 then break end
     local weight = tonumber(redis.call('HGET', KEYS[4], tenant) or '1')
-    if redis.call('HINCRBY', KEYS[5], tenant, 1) >= weight then
-      redis.call('HDEL', KEYS[5], tenant)
+    if weight <= 1 or redis.call('HINCRBY', KEYS[5], tenant, 1) >= weight then
+      if weight > 1 then redis.call('HDEL', KEYS[5], tenant) end
       redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
     end
-    return {1, tenant, head}
+    if check then return {1, tenant, head} end
+    local id = string.match(head, '^{"id":"([^"]*)"') or cjson.decode(head).id
+    redis.call('LPOP', list)
+    redis.call('ZADD', KEYS[6], int(now), id)
+    redis.call('HSET', KEYS[7], id, head)
+    n = n + 1
+    out[#out + 1] = tenant
+    out[#out + 1] = head
   end
+end
+if n > 0 then
+  out[2] = n
+  return out
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[2] then

@@ -10,7 +10,8 @@
 --          6 the tenant's list, 7 the tenant's admission state, 8 per-class
 --          depth hash (for metrics)
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
---          4 weight, 5 the job's envelope, 6..13 admit()'s arguments as in
+--          4 weight (1, the default, is not stored), 5 the job's envelope,
+--          6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
 --          now or ""), 14 the tenant's metrics class
 -- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
@@ -20,8 +21,10 @@
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
 if depth >= bound then return {1, depth, bound, 0, 0} end
-local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
-if tbound > 0 and tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+if tbound > 0 then
+  local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
+  if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+end
 local now, pad = clock(ARGV[13])
 local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
@@ -30,7 +33,7 @@ redis.call('RPUSH', KEYS[6], ARGV[5])
 if redis.call('SADD', KEYS[4], tenant) == 1 then
   redis.call('RPUSH', KEYS[3], tenant)
 end
-redis.call('HSET', KEYS[5], tenant, ARGV[4])
+if ARGV[4] ~= '1' then redis.call('HSET', KEYS[5], tenant, ARGV[4]) end
 redis.call('HINCRBY', KEYS[1], 'depth', 1)
 redis.call('HINCRBY', KEYS[2], tenant, 1)
 redis.call('HINCRBY', KEYS[8], ARGV[14], 1)
