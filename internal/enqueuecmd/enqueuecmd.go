@@ -25,9 +25,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -41,7 +40,8 @@ const (
 )
 
 type options struct {
-	redisURL, redisCluster, policy string
+	redis                          redisconn.Flags
+	policy                         string
 	tenant, typ, payload, id, down string
 	cost                           int64
 	maxRetry                       int
@@ -73,8 +73,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	var o options
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.redisURL, "redis", env("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
-	fs.StringVar(&o.redisCluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.redis.CAFile, "redis-ca", env("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
 	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY"), "policy file: the queue and the tenants' admission policies (env SLUICE_POLICY)")
 	fs.StringVar(&o.tenant, "tenant", "", "the job's tenant")
 	fs.StringVar(&o.typ, "type", "", "the job's type (sluice.http for the built-in HTTP call)")
@@ -105,7 +106,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintln(stderr, "enqueue: -policy is required (the queue's name, bounds and tenants' policies come from it)")
 		return ExitUsage
 	}
-	if o.redisURL == "" && o.redisCluster == "" {
+	if !o.redis.Configured() {
 		fmt.Fprintln(stderr, "enqueue: no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)")
 		return ExitUsage
 	}
@@ -120,7 +121,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, err := dial(o)
+	client, err := o.redis.Client()
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)
 		return ExitUsage
@@ -153,30 +154,6 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stdout, "%s\n", r.ID)
 	}
 	return code
-}
-
-func dial(o options) (redis.UniversalClient, error) {
-	if o.redisCluster != "" {
-		opts := &redis.ClusterOptions{}
-		for _, a := range strings.Split(o.redisCluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				opts.Addrs = append(opts.Addrs, a)
-			}
-		}
-		if o.redisURL != "" {
-			u, err := redis.ParseURL(o.redisURL)
-			if err != nil {
-				return nil, fmt.Errorf("-redis: %w", err)
-			}
-			opts.Username, opts.Password, opts.TLSConfig = u.Username, u.Password, u.TLSConfig
-		}
-		return redis.NewClusterClient(opts), nil
-	}
-	u, err := redis.ParseURL(o.redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("-redis: %w (want redis://host:port/db or rediss://)", err)
-	}
-	return redis.NewClient(u), nil
 }
 
 // one enqueues job, waiting and retrying as refusals say when -wait is

@@ -31,7 +31,7 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.demoFor)
 		defer cancel()
 	}
-	client, closeRedis, err := connect(ctx, o.redisURL, o.redisCluster, stdout)
+	client, closeRedis, err := connect(ctx, o.redis, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice demo:", err)
 		return 1

@@ -4,42 +4,27 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redisconn"
 )
 
 // connect returns a client for the configured Redis, or starts an embedded
 // one (miniredis on a loopback port) when none is configured. The closer
 // stops what was started.
-func connect(ctx context.Context, url, cluster string, log io.Writer) (redis.UniversalClient, func(), error) {
-	switch {
-	case cluster != "":
-		var addrs []string
-		for _, a := range strings.Split(cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				addrs = append(addrs, a)
-			}
-		}
-		opts := &redis.ClusterOptions{Addrs: addrs}
-		if url != "" { // credentials and TLS from the URL, addresses from the list
-			o, err := redis.ParseURL(url)
-			if err != nil {
-				return nil, nil, fmt.Errorf("-redis: %w", err)
-			}
-			opts.Username, opts.Password, opts.TLSConfig = o.Username, o.Password, o.TLSConfig
-		}
-		c := redis.NewClusterClient(opts)
-		return c, func() { c.Close() }, ping(ctx, c)
-	case url != "":
-		o, err := redis.ParseURL(url)
+func connect(ctx context.Context, f redisconn.Flags, log io.Writer) (redis.UniversalClient, func(), error) {
+	if f.Configured() {
+		c, err := f.Client()
 		if err != nil {
-			return nil, nil, fmt.Errorf("-redis: %w (want redis://[user:password@]host:port/db or rediss:// for TLS)", err)
+			return nil, nil, err
 		}
-		c := redis.NewClient(o)
 		return c, func() { c.Close() }, ping(ctx, c)
+	}
+	if f.CAFile != "" {
+		return nil, nil, fmt.Errorf("-redis-ca is set but no -redis URL")
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {

@@ -27,20 +27,22 @@ import (
 
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
 
 // options are the worker's settings, from flags and environment.
 type options struct {
-	redisURL, redisCluster, policy, listen string
-	concurrency                            int
-	fallback                               float64
-	shutdown                               time.Duration
-	demo                                   bool
-	demoFor                                time.Duration
-	demoRate                               int64
-	monitorReadOnly                        bool
+	redis           redisconn.Flags
+	policy, listen  string
+	concurrency     int
+	fallback        float64
+	shutdown        time.Duration
+	demo            bool
+	demoFor         time.Duration
+	demoRate        int64
+	monitorReadOnly bool
 }
 
 func env(name, def string) string {
@@ -54,8 +56,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.redisURL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
-	fs.StringVar(&o.redisCluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.CAFile, "redis-ca", env("SLUICE_REDIS_CA", ""), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
+	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
 	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY", ""), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
 	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
@@ -101,7 +104,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
 	}
-	client, closeRedis, err := connect(ctx, o.redisURL, o.redisCluster, stderr)
+	client, closeRedis, err := connect(ctx, o.redis, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 1
