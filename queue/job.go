@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algorithms"
 )
@@ -146,6 +147,10 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("tenant is required")
 	case len(j.Tenant) > MaxTenantLen:
 		return invalid("tenant id is %d bytes; the limit is %d", len(j.Tenant), MaxTenantLen)
+	case !utf8.ValidString(j.Tenant):
+		// The envelope is JSON, which would replace each bad byte by
+		// U+FFFD and so hand the job over under another tenant's id.
+		return invalid("tenant id is not valid UTF-8")
 	case j.Type == "":
 		return invalid("type is required")
 	case !validName(j.Type, MaxTypeLen, "_.:-/"):
