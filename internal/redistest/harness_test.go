@@ -372,3 +372,26 @@ func TestBinaryFromEnv(t *testing.T) {
 		t.Fatal("Available() = true with neither the variable nor redis-server on the PATH")
 	}
 }
+// answers, and its stop stops it and removes its directory.
+func TestLaunchOutsideATest(t *testing.T) {
+	Require(t)
+	s, stop, err := Launch(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dir := s.Dir()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Running() {
+		t.Error("running after stop")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s: %v; want it removed", dir, err)
+	}
+}

@@ -135,6 +135,40 @@ func Start(tb testing.TB, cfg Config) *Server {
 	return s
 }
 
+// Launch starts a redis-server outside a test, for commands such as the
+// benchmarks under bench/: like Start, but it returns errors instead of
+// failing a test. With cfg.Dir empty the server gets a fresh temporary
+// directory. The caller must call the returned stop, which stops the
+// server and removes a directory Launch created.
+func Launch(cfg Config) (s *Server, stop func() error, err error) {
+	if _, err := lookup(); err != nil {
+		return nil, nil, err
+	}
+	dir, tmp := cfg.Dir, false
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "sluice-redis-"); err != nil {
+			return nil, nil, fmt.Errorf("redistest: %w", err)
+		}
+		tmp = true
+	}
+	if s, err = launch(cfg, dir, false); err != nil {
+		if tmp {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, nil, err
+	}
+	return s, func() error {
+		err := s.Stop()
+		release(s.port, false)
+		if tmp {
+			if rerr := os.RemoveAll(dir); err == nil {
+				err = rerr
+			}
+		}
+		return err
+	}, nil
+}
+
 // launch creates a server in dir and starts it on a free port, trying
 // another port when the one picked got taken in the meantime.
 func launch(cfg Config, dir string, cluster bool) (*Server, error) {
