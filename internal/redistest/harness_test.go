@@ -372,6 +372,7 @@ func TestBinaryFromEnv(t *testing.T) {
 		t.Fatal("Available() = true with neither the variable nor redis-server on the PATH")
 	}
 }
+
 // answers, and its stop stops it and removes its directory.
 func TestLaunchOutsideATest(t *testing.T) {
 	Require(t)
