@@ -373,6 +373,7 @@ func TestBinaryFromEnv(t *testing.T) {
 	}
 }
 
+// TestLaunchOutsideATest: the entry point of commands starts a server that
 // answers, and its stop stops it and removes its directory.
 func TestLaunchOutsideATest(t *testing.T) {
 	Require(t)
