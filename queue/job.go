@@ -49,7 +49,8 @@ type Job struct {
 	// MaxIDLen bytes of [A-Za-z0-9_.:-].
 	ID string `json:"id"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
-	// drain are per tenant. Required; any bytes, at most MaxTenantLen.
+	// drain are per tenant. Required; any valid UTF-8 text (braces,
+	// colons and spaces included), at most MaxTenantLen bytes.
 	Tenant string `json:"tenant"`
 	// Type selects the handler. Required.
 	Type string `json:"type"`
