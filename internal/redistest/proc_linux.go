@@ -32,14 +32,18 @@ type spawnRequest struct {
 func spawn(cmd *exec.Cmd) error {
 	spawner.once.Do(func() {
 		spawner.reqs = make(chan spawnRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the process
-			for r := range spawner.reqs {
-				r.err <- r.cmd.Start()
-			}
-		}()
+		go spawnLoop(spawner.reqs)
 	})
 	errc := make(chan error, 1)
 	spawner.reqs <- spawnRequest{cmd: cmd, err: errc}
 	return <-errc
+}
+
+// spawnLoop forks each requested command from a thread it never leaves; it
+// runs until the process exits (Main's leak check expects it).
+func spawnLoop(reqs <-chan spawnRequest) {
+	runtime.LockOSThread() // never unlocked: the thread lives as long as the process
+	for r := range reqs {
+		r.err <- r.cmd.Start()
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // errMainDone is the start error of a shared server requested after Main
@@ -104,10 +105,32 @@ func SharedCluster(tb testing.TB) *redis.ClusterClient {
 // package's TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
-func Main(m *testing.M) {
+//
+// When every test passed, Main also fails the run if goroutines the tests
+// started are still running a few seconds later (go.uber.org/goleak): a
+// server, pacer or client that a test stopped must not leave work behind.
+// ignore names functions (as goleak.IgnoreTopFunction takes them) whose
+// goroutines may outlive the tests.
+func Main(m *testing.M, ignore ...string) {
 	code := m.Run()
 	stopShared()
+	if code == 0 && !testing.Short() {
+		if err := findLeaks(ignore); err != nil {
+			fmt.Fprintf(os.Stderr, "redistest: goroutines left running after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
+}
+
+// findLeaks reports the goroutines still running besides this one, after
+// giving them goleak's default grace to finish.
+func findLeaks(ignore []string) error {
+	opts := []goleak.Option{goleak.IgnoreTopFunction("github.com/sluicehq/sluice/internal/redistest.spawnLoop")}
+	for _, f := range ignore {
+		opts = append(opts, goleak.IgnoreTopFunction(f))
+	}
+	return goleak.Find(opts...)
 }
 
 // stopShared kills the shared servers. Once it has run, asking for them

@@ -11,7 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
+
+// TestMain checks that a worker run to its end (SIGTERM, a bad policy)
+// leaves no goroutine behind.
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 func freeAddr(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
