@@ -1,0 +1,139 @@
+package downstream_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// An http.Client whose Transport takes a fleet-wide throttle slot before
+// each request, against the package's fake API. When the API answers 429
+// with "Retry-After: 30", the Transport pauses the key for every worker
+// sharing the Redis, and the next request fails at once with a
+// *throttle.TooFarError instead of reaching the API. The throttle decides
+// on a clock held still (Options.Clock), so the pause reads exactly 30s.
+func ExampleTransport() {
+	api := downstream.NewFakeServer(downstream.FakeConfig{Rate: 100})
+	defer api.Close()
+
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	th, err := throttle.New(rdb, &throttle.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	defer th.Close()
+
+	client := &http.Client{Transport: &downstream.Transport{
+		Throttle: th,
+		Limit:    throttle.Limit{Name: "orders-api", Rate: 50, Burst: 3, MaxWait: time.Second},
+		Key:      func(*http.Request) string { return "orders-api" }, // default: the request's host
+	}}
+	get := func() {
+		resp, err := client.Get(api.URL() + "/orders")
+		var far *throttle.TooFarError
+		switch {
+		case errors.As(err, &far): // through the *url.Error of the client
+			fmt.Printf("not sent: %s paused %v more\n", far.Key, far.Paused)
+			return
+		case err != nil:
+			panic(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			fmt.Println(resp.Status, "Retry-After:", ra)
+			return
+		}
+		fmt.Println(resp.Status)
+	}
+
+	get()
+	get()
+	api.SetFault(downstream.Fault429Seconds(30))
+	get()
+	get()
+	fmt.Println("the API saw", api.Counts().Total, "calls")
+	// Output:
+	// 200 OK
+	// 200 OK
+	// 429 Too Many Requests Retry-After: 30
+	// not sent: orders-api paused 30s more
+	// the API saw 3 calls
+}
+
+// ParseFeedback reads what a response says of the caller's rate limit,
+// whatever the header family, and PauseFor turns it into how long the
+// fleet should stop calling. Times are read against the now passed in.
+func ExampleParseFeedback() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+	// A 429 with an HTTP-date Retry-After, 90 seconds ahead.
+	h := http.Header{}
+	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
+	fb := downstream.ParseFeedback(http.StatusTooManyRequests, h, now)
+	fmt.Println(fb.Limited, fb.RetryAfter, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+
+	// A 200 with the IETF RateLimit fields: nothing left for 12 seconds,
+	// so the next call would be refused; pause before it is sent.
+	h = http.Header{}
+	h.Set("RateLimit-Policy", `"default";q=100;w=60`)
+	h.Set("RateLimit", `"default";r=0;t=12`)
+	fb = downstream.ParseFeedback(http.StatusOK, h, now)
+	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, fb.Window, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+
+	// GitHub-style X-RateLimit fields with an epoch reset: quota left, no pause.
+	h = http.Header{}
+	h.Set("X-RateLimit-Limit", "5000")
+	h.Set("X-RateLimit-Remaining", "4999")
+	h.Set("X-RateLimit-Reset", fmt.Sprint(now.Add(time.Hour).Unix()))
+	fb = downstream.ParseFeedback(http.StatusOK, h, now)
+	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+
+	// A 429 that says nothing: the default backoff.
+	fb = downstream.ParseFeedback(http.StatusTooManyRequests, http.Header{}, now)
+	fmt.Println(fb.Limited, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	// Output:
+	// true 1m30s retry-after pause 1m30s
+	// false ratelimit 100 0 12s 1m0s pause 12s
+	// false x-ratelimit 5000 4999 1h0m0s pause 0s
+	// true none pause 1s
+}
+
+// ParseRetryAfter reads both forms of Retry-After, delta-seconds and an
+// HTTP-date, and reports malformed values instead of guessing.
+func ExampleParseRetryAfter() {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, v := range []string{
+		"120",
+		"2.0", // Shopify
+		"Thu, 01 Jan 2026 12:00:45 GMT",
+		"Thu, 01 Jan 2026 11:59:00 GMT", // already past
+		"-5",
+		"soon",
+	} {
+		d, ok := downstream.ParseRetryAfter(v, now)
+		fmt.Printf("%q: %v %v\n", v, d, ok)
+	}
+	// Output:
+	// "120": 2m0s true
+	// "2.0": 2s true
+	// "Thu, 01 Jan 2026 12:00:45 GMT": 45s true
+	// "Thu, 01 Jan 2026 11:59:00 GMT": 0s true
+	// "-5": 0s false
+	// "soon": 0s false
+}
