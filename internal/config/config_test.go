@@ -34,7 +34,7 @@ func mustParse(t *testing.T, data []byte) *Config {
 
 func TestMinimal(t *testing.T) {
 	cfg := mustParse(t, doc("queue:", "  bound: 5"))
-	want := Queue{Name: "default", Bound: 5, Prefetch: 64, MaxPayload: 1 << 20}
+	want := Queue{Name: "default", Bound: 5, Prefetch: 64, MaxPayload: 1 << 20, Retention: time.Hour}
 	if cfg.Queue != want {
 		t.Errorf("Queue = %+v, want %+v", cfg.Queue, want)
 	}
@@ -76,6 +76,7 @@ func TestEveryField(t *testing.T) {
 		"  tenant_bound: 1000",
 		"  prefetch: 7",
 		"  max_payload: 512KiB",
+		"  retention: 90m",
 		"downstreams:",
 		"  shop.api:",
 		"    base_url: HTTPS://Shop.Example.com/admin/api/",
@@ -96,7 +97,7 @@ func TestEveryField(t *testing.T) {
 		"    weight: 100",
 	))
 	q := cfg.Queue
-	if q != (Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10}) {
+	if q != (Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
 		t.Errorf("Queue = %+v", q)
 	}
 	d := cfg.Downstreams["shop.api"]
@@ -279,6 +280,9 @@ func TestErrors(t *testing.T) {
 		{"max_payload huge", doc("queue:", "  bound: 1", "  max_payload: 65MiB"), []string{"line 3:16: queue.max_payload: must be at most 64MiB, got 65MiB"}},
 		{"max_payload overflow", doc("queue:", "  bound: 1", "  max_payload: 9999999999999999MiB"), []string{"line 3:16: queue.max_payload: must be at most 64MiB"}},
 		{"max_payload negative", doc("queue:", "  bound: 1", "  max_payload: -1"), []string{"line 3:16: queue.max_payload: must be at least 1B, got -1"}},
+		{"retention short", doc("queue:", "  bound: 1", "  retention: 5m"), []string{"line 3:14: queue.retention: must be between 10m0s and 720h0m0s, got 5m0s"}},
+		{"retention long", doc("queue:", "  bound: 1", "  retention: 8760h"), []string{"line 3:14: queue.retention: must be between 10m0s and 720h0m0s, got 8760h0m0s"}},
+		{"retention number", doc("queue:", "  bound: 1", "  retention: 3600"), []string{"line 3:14: queue.retention:"}},
 		{"queue typo", doc("queue:", "  bound: 1", "  prefech: 3"), []string{"line 3:3: queue.prefech: unknown field; did you mean \"prefetch\"?"}},
 
 		{"rate zero", doc(q, "downstreams:", "  shopify:", "    rate: 0"), []string{"line 4:11: downstreams.shopify.rate: must be at least 1, got 0"}},
@@ -542,7 +546,7 @@ func TestDocsExample(t *testing.T) {
 			continue
 		}
 		// The complete example: spot-check what the text says of it.
-		if cfg.Queue != (Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20}) {
+		if cfg.Queue != (Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20, Retention: time.Hour}) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]

@@ -18,6 +18,7 @@
 //	  tenant_bound: 10000      # most jobs waiting per tenant; 0 = no bound
 //	  prefetch: 64             # most jobs handed to asynq but not started
 //	  max_payload: 1MiB        # largest job payload
+//	  retention: 1h            # how long completed jobs are remembered
 //
 //	downstreams:
 //	  shopify:
@@ -61,6 +62,10 @@
 //   - max_payload: the largest job payload. A number of bytes, or a number
 //     with a B, KiB or MiB suffix ("512KiB", "1MiB"). Default 1MiB, at
 //     most 64MiB.
+//   - retention: how long asynq keeps a completed job, so that a hand-over
+//     repeated after a crash is recognised and the job does not run
+//     twice. Redis holds every job completed in this time (about 800
+//     bytes each plus its payload). Default 1h, from 10m to 720h.
 //
 // # downstreams
 //

@@ -32,7 +32,7 @@ const (
 // Field names of each section, in the order of the documentation.
 var (
 	topFields        = []string{"queue", "downstreams", "tenants"}
-	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload"}
+	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload", "retention"}
 	downstreamFields = []string{"base_url", "rate", "per", "burst", "max_wait", "concurrency", "lease", "per_tenant", "timeout"}
 	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight", "class"}
 )
@@ -646,7 +646,7 @@ func validName(s string) bool {
 }
 
 func (p *parser) queue(key, val *yaml.Node) Queue {
-	q := Queue{Name: DefaultQueueName, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload}
+	q := Queue{Name: DefaultQueueName, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
 	pairs, ok := p.mapping(val, "queue")
 	if !ok {
 		return q
@@ -677,6 +677,10 @@ func (p *parser) queue(key, val *yaml.Node) Queue {
 		case "max_payload":
 			if b, ok := p.size(kv.val, f, 1, MaxPayloadLimit); ok {
 				q.MaxPayload = b
+			}
+		case "retention":
+			if d, ok := p.durationRange(kv.val, f, MinRetention, MaxRetention); ok {
+				q.Retention = d
 			}
 		default:
 			p.unknown(kv, "queue", queueFields)

@@ -166,6 +166,7 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 		Throttle:        w.th,
 		Downstreams:     downstreams,
 		ShutdownTimeout: o.shutdown,
+		Retention:       cfg.Queue.Retention,
 		Logger:          log,
 		Metrics:         queue.NewMetrics(reg, cfg.Queue.Name),
 	})

@@ -6,11 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -93,5 +97,62 @@ func TestWorkerBadPolicy(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "policy.yaml:5") || !strings.Contains(out.String(), "downstreams.api.rate") {
 		t.Fatalf("the error does not name the line and field:\n%s", out.String())
+	}
+}
+
+// TestWorkerRetention checks that queue.retention reaches asynq: a
+// completed job is kept for the policy's time, not the default.
+func TestWorkerRetention(t *testing.T) {
+	m := miniredis.RunT(t)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer api.Close()
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  name: ret\n  bound: 10\n  retention: 25m\n"+
+		"downstreams:\n  api:\n    base_url: "+api.URL+"/\n    rate: 100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, []string{"-policy", policy, "-listen", addr, "-redis", "redis://" + m.Addr() + "/0"}, io.Discard, &out)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d\n%s", code, out.String())
+		}
+	}()
+	body := `{"tenant":"a","type":"sluice.http","downstream":"api","payload":{"url":"` + api.URL + `/x"}}`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("POST /enqueue: %d", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("POST /enqueue: %v\n%s", err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: m.Addr()})
+	defer ins.Close()
+	for {
+		done, err := ins.ListCompletedTasks("ret")
+		if err == nil && len(done) == 1 {
+			if done[0].Retention != 25*time.Minute {
+				t.Fatalf("completed task kept for %v; the policy says 25m", done[0].Retention)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completed task within 10s (%v, %d)\n%s", err, len(done), out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
