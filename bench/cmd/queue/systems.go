@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// queueName is the asynq queue both systems use ("default", as asynq's
+// client does without an option).
+const queueName = "default"
+
+// system is one side of a comparison: a way to enqueue job i and a worker
+// process that calls back with the index of each job it starts.
+type system interface {
+	name() string
+	// enqueue adds job i of tenant with payload.
+	enqueue(ctx context.Context, i int, tenant string, payload []byte) error
+	// start starts a worker process that calls started(i) at the start of
+	// each job's (no-op) handler.
+	start(started func(i int)) error
+	// stop shuts the worker process down.
+	stop()
+}
+
+// jobIndex reads the job's index from the first 8 bytes of its payload.
+func jobIndex(payload []byte) int {
+	if len(payload) < 8 {
+		return -1
+	}
+	return int(binary.BigEndian.Uint64(payload[:8]))
+}
+
+// bare is plain asynq: Client.Enqueue of a task, and an asynq Server.
+type bare struct {
+	rc     redis.UniversalClient // the worker's client
+	client *asynq.Client         // on the producers' client
+	poll   time.Duration
+	conc   int
+	srv    *asynq.Server
+}
+
+func newBare(producers, worker redis.UniversalClient, conc int, poll time.Duration) *bare {
+	return &bare{rc: worker, client: asynq.NewClientFromRedisClient(producers), poll: poll, conc: conc}
+}
+
+func (b *bare) name() string { return "asynq" }
+
+func (b *bare) enqueue(ctx context.Context, _ int, _ string, payload []byte) error {
+	_, err := b.client.EnqueueContext(ctx, asynq.NewTask("noop", payload))
+	return err
+}
+
+func (b *bare) start(started func(int)) error {
+	b.srv = asynq.NewServerFromRedisClient(b.rc, asynq.Config{
+		Concurrency:       b.conc,
+		Queues:            map[string]int{queueName: 1},
+		TaskCheckInterval: b.poll,
+		LogLevel:          asynq.WarnLevel,
+	})
+	return b.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		started(jobIndex(t.Payload()))
+		return nil
+	}))
+}
+
+func (b *bare) stop() {
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv = nil
+	}
+}
+
+// sluiceSys is sluice: Producer.Enqueue (admission and the bound in one
+// script) and a queue.Server (the dispatcher feeding asynq's server).
+type sluiceSys struct {
+	rc  redis.UniversalClient
+	p   *queue.Producer
+	cfg queue.ServerConfig
+	srv *queue.Server
+}
+
+// hugeBucket admits everything the benchmark sends: a token bucket of a
+// billion per second, so that admission runs in full but never refuses.
+var hugeBucket = algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
+
+func newSluice(producers, worker redis.UniversalClient, bound int64, admission *algorithms.Policy, conc int, poll time.Duration) (*sluiceSys, error) {
+	cfg := queue.Config{Queue: queueName, Bound: bound}
+	if admission != nil {
+		pol := *admission
+		cfg.Tenants = func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &pol} }
+	}
+	p, err := queue.NewProducer(producers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return &sluiceSys{rc: worker, p: p, cfg: queue.ServerConfig{
+		Config:       queue.Config{Queue: queueName},
+		Concurrency:  conc,
+		PollInterval: poll,
+		Logger:       log,
+	}}, nil
+}
+
+func (s *sluiceSys) name() string { return "sluice" }
+
+// enqueue leaves the job's id to the Producer (a random one), as a caller
+// that has none would.
+func (s *sluiceSys) enqueue(ctx context.Context, _ int, tenant string, payload []byte) error {
+	_, err := s.p.Enqueue(ctx, queue.Job{Tenant: tenant, Type: "noop", Payload: payload})
+	return err
+}
+
+func (s *sluiceSys) start(started func(int)) error {
+	srv, err := queue.NewServer(s.rc, s.cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(queue.HandlerFunc(func(ctx context.Context, j *queue.Job) error {
+		started(jobIndex(j.Payload))
+		return nil
+	})); err != nil {
+		return fmt.Errorf("sluice server: %w", err)
+	}
+	s.srv = srv
+	return nil
+}
+
+func (s *sluiceSys) stop() {
+	if s.srv != nil {
+		s.srv.Shutdown()
+		s.srv = nil
+	}
+}
