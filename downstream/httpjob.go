@@ -17,13 +17,18 @@ import (
 // HTTPJobType is the job type of the built-in outbound HTTP call.
 const HTTPJobType = "sluice.http"
 
+// IdempotencyHeader is the header field in which an HTTPJobType request
+// carries its job's id, so that a downstream can recognise a repeat.
+const IdempotencyHeader = "Idempotency-Key"
+
 // HTTPRequest is the payload of an HTTPJobType job.
 type HTTPRequest struct {
 	// Method is the HTTP method; default GET.
 	Method string `json:"method,omitempty"`
 	// URL must lie under the base URL of the job's downstream.
 	URL string `json:"url"`
-	// Header fields to send.
+	// Header fields to send. Idempotency-Key is the job's id unless this
+	// sets it: to another value, or to "" to send none.
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
 	Body string `json:"body,omitempty"`
@@ -50,6 +55,10 @@ type HTTPTarget struct {
 //   - other 5xx and network errors: retried with backoff;
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
+//
+// Delivery is at least once, so each request carries the job's id as
+// Idempotency-Key (the header of Stripe and of the IETF httpapi draft):
+// a downstream that honours it acts once on a request sent twice.
 //
 // A job may only call a URL under its downstream's base URL (Resolve
 // refuses others), so that whoever can enqueue cannot make the workers
@@ -96,7 +105,12 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if err != nil {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
 	}
+	hr.Header.Set(IdempotencyHeader, job.ID)
 	for k, v := range req.Header {
+		if v == "" && http.CanonicalHeaderKey(k) == IdempotencyHeader {
+			hr.Header.Del(IdempotencyHeader)
+			continue
+		}
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)

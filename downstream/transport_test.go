@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -150,6 +151,39 @@ func TestHTTPJobOutcomes(t *testing.T) {
 		status, header = c.status, c.header
 		if err := run(c.payload); !c.check(err) {
 			t.Errorf("HTTP %d, payload %.40s: got %v; want %s", c.status, c.payload, err, c.want)
+		}
+	}
+}
+
+// TestHTTPJobIdempotencyKey: the job's id goes out as Idempotency-Key,
+// the same on every run of the job, unless the payload overrides it or
+// turns it off.
+func TestHTTPJobIdempotencyKey(t *testing.T) {
+	th := newThrottle(t)
+	got := make(chan []string, 1)
+	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values(IdempotencyHeader)
+	}))
+	job := &HTTPJob{Throttle: th, Resolve: func(*queue.Job, string) (HTTPTarget, error) {
+		return HTTPTarget{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
+	}}
+	for _, c := range []struct {
+		header string
+		want   []string
+	}{
+		{``, []string{"job-7"}},
+		{`,"header":{"X-Other":"1"}`, []string{"job-7"}},
+		{`,"header":{"idempotency-key":"mine"}`, []string{"mine"}},
+		{`,"header":{"Idempotency-Key":""}`, nil},
+	} {
+		payload := `{"method":"POST","url":"` + api + `/x"` + c.header + `}`
+		for range 2 { // a job run twice sends the same key
+			if err := job.ProcessJob(context.Background(), &queue.Job{ID: "job-7", Tenant: "t", Type: HTTPJobType, Downstream: "api", Payload: []byte(payload)}); err != nil {
+				t.Fatalf("%s: %v", payload, err)
+			}
+			if v := <-got; !slices.Equal(v, c.want) {
+				t.Errorf("%s: Idempotency-Key %q, want %q", payload, v, c.want)
+			}
 		}
 	}
 }
