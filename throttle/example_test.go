@@ -95,8 +95,10 @@ func ExampleThrottle_Wait() {
 }
 
 // After a 429 with "Retry-After: 30", Pause stops every worker that shares
-// the Redis from calling the key for 30 seconds. When the pause ends,
-// calls resume one interval apart rather than all at once.
+// the Redis from calling the key for 30 seconds. When the pause ends (on
+// the clock the example sets by hand), calls resume one interval apart
+// rather than all at once, even with a Burst: Wait sleeps each caller
+// until its slot, the first not at all.
 func ExampleThrottle_Pause() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -123,8 +125,11 @@ func ExampleThrottle_Pause() {
 
 	now = now.Add(30 * time.Second)
 	for range 3 {
-		r, _ := th.Reserve(ctx, "shop:acme", lim, 1)
-		fmt.Println("after the pause:", r)
+		r, err := th.Wait(ctx, "shop:acme", lim, 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("after the pause:", r) // a real caller calls now
 	}
 	// Output:
 	// paused for 30s

@@ -98,36 +98,67 @@ func (l *localBuckets) sweep(now time.Time) {
 // serves every key: woken waiters look up their own key.
 type pauseBoard struct {
 	mu     sync.Mutex
-	until  map[string]time.Time
+	ends   map[string]pauseEnd
 	notify chan struct{}
 }
 
-func newPauseBoard() *pauseBoard {
-	return &pauseBoard{until: make(map[string]time.Time), notify: make(chan struct{})}
+// pauseEnd is what this process knows of the end of one key's pause.
+type pauseEnd struct {
+	// at is the end on the clock the scripts decide on (the Redis
+	// server's TIME, or Options.Clock), in µs; 0 when not known.
+	at int64
+	// guess is the end on this host's clock of a pause whose end on the
+	// scripts' clock is not known (set while Redis was unreachable, or
+	// announced without it); zero when there is none.
+	guess time.Time
+	// expires is when the pause may be forgotten, on this host's clock:
+	// its length counted from when it was heard of, so never early.
+	expires time.Time
 }
 
-func (p *pauseBoard) set(key string, until time.Time) {
+// merge returns the later of e and o in each field, and whether o made
+// any of them later.
+func (e pauseEnd) merge(o pauseEnd) (pauseEnd, bool) {
+	grew := false
+	if o.at > e.at {
+		e.at, grew = o.at, true
+	}
+	if o.guess.After(e.guess) {
+		e.guess, grew = o.guess, true
+	}
+	if o.expires.After(e.expires) {
+		e.expires, grew = o.expires, true
+	}
+	return e, grew
+}
+
+func newPauseBoard() *pauseBoard {
+	return &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})}
+}
+
+// set records a pause of key, keeping what is known of a longer one, and
+// forgets the pauses that expired by now (the host's clock).
+func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	for k, u := range p.until {
-		if u.Before(now) {
-			delete(p.until, k)
+	for k, old := range p.ends {
+		if old.expires.Before(now) {
+			delete(p.ends, k)
 		}
 	}
-	if until.After(p.until[key]) {
-		p.until[key] = until
+	if merged, grew := p.ends[key].merge(e); grew {
+		p.ends[key] = merged
 		close(p.notify)
 		p.notify = make(chan struct{})
 	}
 }
 
-// untilFor returns the end of key's pause, if one is known.
-func (p *pauseBoard) untilFor(key string) (time.Time, bool) {
+// get returns what is known of key's pause, if anything.
+func (p *pauseBoard) get(key string) (pauseEnd, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	u, ok := p.until[key]
-	return u, ok
+	e, ok := p.ends[key]
+	return e, ok
 }
 
 // signal returns a channel closed at the next announcement.

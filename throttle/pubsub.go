@@ -10,11 +10,14 @@ import (
 // pauseChannel is the pub/sub channel on which pauses are announced.
 func (t *Throttle) pauseChannel() string { return t.prefix + ":pauses" }
 
-// publish announces a pause of key for d to other processes. Best effort:
-// the pause itself is already in Redis, and a process that misses the
-// announcement only risks using a slot it booked before the pause.
-func (t *Throttle) publish(ctx context.Context, key string, d time.Duration) {
-	msg := strconv.FormatInt(int64(d/time.Microsecond), 10) + " " + key
+// publish announces to other processes a pause of key that runs for d
+// more and ends at end (µs on the scripts' clock), as "d/end key" with d in
+// µs. Best effort: the pause itself is already in Redis, and a process that
+// misses the announcement only risks using a slot it booked before the
+// pause. (Processes that read only "d key" ignore this form, rather than
+// take the end for a length.)
+func (t *Throttle) publish(ctx context.Context, key string, d time.Duration, end int64) {
+	msg := strconv.FormatInt(int64(d/time.Microsecond), 10) + "/" + strconv.FormatInt(end, 10) + " " + key
 	if err := t.client.Publish(ctx, t.pauseChannel(), msg).Err(); err != nil {
 		t.log.Debug("sluice: announcing a pause failed", "err", err)
 	}
@@ -40,15 +43,33 @@ func (t *Throttle) subscribe() {
 	go func() {
 		defer t.wg.Done()
 		for msg := range sub.Channel() {
-			us, key, ok := strings.Cut(msg.Payload, " ")
-			if !ok {
-				continue
+			if key, e, ok := parseAnnouncement(msg.Payload, t.hostNow()); ok {
+				t.pauses.set(key, e, t.hostNow())
 			}
-			n, err := strconv.ParseInt(us, 10, 64)
-			if err != nil || n <= 0 {
-				continue
-			}
-			t.pauses.set(key, t.hostNow().Add(time.Duration(n)*time.Microsecond))
 		}
 	}()
+}
+
+// parseAnnouncement reads a message of publish, heard at now on the host's
+// clock. The older form "d key", without the end, gives only a guess of
+// the end on the host's clock.
+func parseAnnouncement(payload string, now time.Time) (string, pauseEnd, bool) {
+	head, key, ok := strings.Cut(payload, " ")
+	if !ok || key == "" {
+		return "", pauseEnd{}, false
+	}
+	us, at, withEnd := strings.Cut(head, "/")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil || n <= 0 {
+		return "", pauseEnd{}, false
+	}
+	until := now.Add(time.Duration(n) * time.Microsecond)
+	if !withEnd {
+		return key, pauseEnd{guess: until, expires: until}, true
+	}
+	end, err := strconv.ParseInt(at, 10, 64)
+	if err != nil || end <= 0 {
+		return "", pauseEnd{}, false
+	}
+	return key, pauseEnd{at: end, expires: until}, true
 }

@@ -151,8 +151,10 @@ type Options struct {
 	// Logger receives fallback transitions and pause announcements;
 	// default slog.Default().
 	Logger *slog.Logger
-	// Clock, when set, replaces the Redis server's clock in the scripts.
-	// Only for tests and simulations.
+	// Clock, when set, replaces the Redis server's clock in the scripts:
+	// slots are booked, and pauses start and end, on it. Waits still
+	// sleep in real time, for the delays the scripts return. Only for
+	// tests and simulations.
 	Clock func() time.Time
 	// Subscribe, when true, listens for pauses set by other processes
 	// (Redis pub/sub) and wakes this process's waiters at once, so that a
@@ -258,8 +260,43 @@ type Reservation struct {
 	key     string
 	n       int64
 	a, f    int64 // the bucket's TAT after this reservation, to cancel it
+	queued  bool  // booked on Redis: a and f are set
 	booked  time.Time
 	compile compiled
+}
+
+// before reports whether r's slot comes before end, an instant in µs on
+// the clock the scripts decide on; r must be queued. The slot is read from
+// the bucket: a reservation holds the place Burst intervals before the TAT
+// it leaves, a + (f - Burst*pr)/rl µs, and starts there, rounded up to a
+// µs, or at once if the place has passed.
+//
+// That is exact for a pause's end. A pause moves the TAT to its end plus
+// Burst-1 intervals, so every reservation booked after it holds a place,
+// and starts, at or after the end. One booked before it starts at its
+// place, or at a time before the pause was set, which is before the end:
+// either way it starts before the end just when its place does.
+func (r Reservation) before(end int64) bool {
+	c := r.compile
+	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
+	return (r.a-end+1)*c.rl+r.f-c.burst*c.pr <= 0
+}
+
+// voids reports whether the pause e voids r, whose slot is at due on the
+// host's clock: the slot must not be used, and another is booked. A slot
+// booked on Redis is void if it comes before the pause's end, the two read
+// on the scripts' clock, where both were decided: neither the host's clock
+// nor how long the replies took plays a part. A pause known only on the
+// host's clock (it was set while Redis was unreachable, or announced
+// without its end) voids a slot if it ends after it and after now.
+func (e pauseEnd) voids(r Reservation, due, now time.Time) bool {
+	if !r.queued {
+		return e.expires.After(due) && e.expires.After(now)
+	}
+	if e.at != 0 && r.before(e.at) {
+		return true
+	}
+	return e.guess.After(due) && e.guess.After(now)
 }
 
 // Reserve books the next slot for n units of key and returns it without
@@ -323,6 +360,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		key:    key, n: n, a: v[4], f: v[5], booked: booked, compile: c,
+		queued: book && v[0] == 1,
 	}
 	if !r.OK {
 		r.Delay = 0
@@ -358,7 +396,8 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 // slot is further away than lim.MaxWait it returns a *TooFarError at once.
 // If ctx ends first, the reservation is cancelled (when it can be) and
 // ctx's error returned. A pause announced while it sleeps voids a slot that
-// falls inside the pause; Wait then books again.
+// comes before the pause's end; Wait then books again. Slots booked after
+// a pause are never void.
 func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
 	for {
 		r, err := t.Reserve(ctx, key, lim, n)
@@ -381,7 +420,7 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 
 // Await sleeps until r's slot, for callers that Reserve, do some work
 // while the slot approaches, and then wait for it. It reports false if a
-// pause announced in the meantime covers the slot: the slot must not be
+// pause announced in the meantime ends after the slot: the slot must not be
 // used; reserve again. If ctx ends first it cancels r (when it can) and
 // returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
@@ -390,22 +429,23 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 
 func (t *Throttle) await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
-	if !t.sleepUntil(ctx, r.key, due) {
+	if !t.sleepUntil(ctx, r, due) {
 		if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
 			t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
 		}
 		return false, ctx.Err()
 	}
-	if until, ok := t.pauses.untilFor(r.key); ok && until.After(due) && until.After(t.hostNow()) {
+	if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
 		return false, nil
 	}
 	t.metrics.waited(r.compile.name, t.hostNow().Sub(r.booked))
 	return true, nil
 }
 
-// sleepUntil sleeps until due, waking early if a pause for key is
-// announced that covers due. It reports false if ctx ended first.
-func (t *Throttle) sleepUntil(ctx context.Context, key string, due time.Time) bool {
+// sleepUntil sleeps until due, r's slot on the host's clock, waking early
+// if a pause that voids r is announced. It reports false if ctx ended
+// first.
+func (t *Throttle) sleepUntil(ctx context.Context, r Reservation, due time.Time) bool {
 	for {
 		d := due.Sub(t.hostNow())
 		if d <= 0 {
@@ -420,7 +460,7 @@ func (t *Throttle) sleepUntil(ctx context.Context, key string, due time.Time) bo
 			return true
 		case <-t.pauses.signal():
 			timer.Stop()
-			if until, ok := t.pauses.untilFor(key); ok && until.After(due) {
+			if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
 				return true // void: Wait books again
 			}
 		}
@@ -445,21 +485,28 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, nil
 	}
 	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	left, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now()).Int64()
+	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now()).Int64Slice()
 	if err != nil {
 		if unreachable(err) {
 			// Nobody can take a slot from Redis now anyway; pause what
 			// this process controls.
-			t.local.pause(key, c, t.hostNow().Add(d))
-			t.pauses.set(key, t.hostNow().Add(d))
+			now := t.hostNow()
+			t.local.pause(key, c, now.Add(d))
+			t.pauses.set(key, pauseEnd{guess: now.Add(d), expires: now.Add(d)}, now)
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
 		return 0, fmt.Errorf("sluice: throttle pause: %w", err)
 	}
-	remaining := time.Duration(left) * time.Microsecond
-	t.pauses.set(key, t.hostNow().Add(remaining))
+	if len(v) != 2 {
+		return 0, fmt.Errorf("sluice: throttle pause: unexpected reply of %d values", len(v))
+	}
+	// The end is kept on the scripts' clock, to compare with the slots
+	// decided there; the host's clock only says when to forget it.
+	remaining, end := time.Duration(v[0])*time.Microsecond, v[1]
+	now := t.hostNow()
+	t.pauses.set(key, pauseEnd{at: end, expires: now.Add(remaining)}, now)
 	t.metrics.paused(c.name)
-	t.publish(ctx, key, remaining)
+	t.publish(ctx, key, remaining, end)
 	return remaining, nil
 }
 

@@ -5,7 +5,8 @@
 -- KEYS[1]  the bucket's hash (see throttle_reserve.lua)
 -- ARGV     1 rl, 2 pr, 3 burst, 4 d (µs), 5 now in µs or "" for TIME
 -- Uses     prelude.lua (int, clock)
--- Returns  the pause still to run (µs)
+-- Returns  {the pause still to run (µs), its end (µs, on the script's clock:
+--          TIME or ARGV 5)}
 local key = KEYS[1]
 local rl, pr, burst, d = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now, pad = clock(ARGV[5])
@@ -24,4 +25,4 @@ if ca < a or (ca == a and cf < f) then
   ca, cf = a, f
 end
 redis.call('PEXPIRE', key, math.ceil((ca - now) / 1000) + 1 + pad)
-return p - now
+return {p - now, p}
