@@ -119,7 +119,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 			return nil
 		}
 	}
-	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{k.tenantPrefix + enc, k.handed, k.envelopes}, env, job.ID, s.cfg.now()).Int()
+	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{k.tenantPrefix + enc, k.handed, k.envelopes}, env, job.key(), s.cfg.now()).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}
@@ -136,8 +136,8 @@ func (s *Server) handOverOrPutBack(ctx context.Context, enc, env string) error {
 	}
 	if err := s.handOver(ctx, job, env); err != nil {
 		if perr := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-			[]string{k.tenantPrefix + enc, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
-			job.ID, env, enc, 0, s.cfg.now(), job.Class).Err(); perr != nil {
+			[]string{k.tenantPrefix + enc, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+			job.key(), env, enc, 0, s.cfg.now(), job.Class, job.ID).Err(); perr != nil {
 			s.log.Error("sluice: job neither handed over nor put back; the recovery will put it back",
 				"job", job.ID, "err", err, "put_back_err", perr)
 		}
@@ -149,7 +149,9 @@ func (s *Server) handOverOrPutBack(ctx context.Context, enc, env string) error {
 
 // handOver enqueues job into asynq under the task id of this hand-over. A
 // task that exists already (a hand-over repeated after a crash) counts as
-// handed over.
+// handed over: the task id names this enqueue of the job (its nonce) and
+// this hand-over (its moves), so no other job, not even one reusing the
+// ID, can hold it.
 func (s *Server) handOver(ctx context.Context, job *Job, env string) error {
 	retry := job.maxRetry() - job.Retried
 	if retry < 0 {
@@ -198,13 +200,13 @@ func (s *Server) Recover(ctx context.Context) (int, error) {
 	}
 	k := s.keys
 	cut := now.Add(-s.cfg.StaleAfter).UnixMicro()
-	ids, err := s.client.ZRangeByScore(ctx, k.handed, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cut, 10), Count: 100}).Result()
+	stale, err := s.client.ZRangeByScore(ctx, k.handed, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cut, 10), Count: 100}).Result()
 	if err != nil {
 		return 0, err
 	}
 	put := 0
-	for _, id := range ids {
-		env, err := s.client.HGet(ctx, k.envelopes, id).Result()
+	for _, key := range stale {
+		env, err := s.client.HGet(ctx, k.envelopes, key).Result()
 		if errors.Is(err, redis.Nil) {
 			continue // started meanwhile
 		}
@@ -220,8 +222,8 @@ func (s *Server) Recover(ctx context.Context) (int, error) {
 		switch {
 		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
 			if err := scripts.QueueUntake.Run(ctx, s.client,
-				[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
-				job.ID, env, enc, 0, s.cfg.now(), job.Class).Err(); err != nil {
+				[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+				job.key(), env, enc, 0, s.cfg.now(), job.Class, job.ID).Err(); err != nil {
 				return put, err
 			}
 			put++
@@ -229,7 +231,8 @@ func (s *Server) Recover(ctx context.Context) (int, error) {
 			return put, err
 		case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
 			// Finished without our start (a duplicate): count it out.
-			if err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth}, job.ID, enc, job.Class).Err(); err != nil {
+			if err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth, k.ids},
+				job.key(), enc, job.Class, job.ID).Err(); err != nil {
 				return put, err
 			}
 		}

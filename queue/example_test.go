@@ -74,6 +74,41 @@ func ExampleProducer_Enqueue() {
 	// initech: queue emails full, 3 of 3
 }
 
+// A job's id is refused while a job with that id is in the queue, so a
+// producer that lost the answer to an enqueue (a timeout) can send it
+// again without queueing the job twice.
+func ExampleDuplicateJobError() {
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer rdb.Close()
+	p, err := queue.NewProducer(rdb, queue.Config{Queue: "invoices", Bound: 100})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	job := queue.Job{ID: "invoice-42", Tenant: "acme", Type: "invoice.create"}
+	for attempt := 1; attempt <= 2; attempt++ {
+		rc, err := p.Enqueue(ctx, job)
+		var dup *queue.DuplicateJobError
+		switch {
+		case err == nil:
+			fmt.Printf("attempt %d: accepted %s, depth %d\n", attempt, rc.ID, rc.Depth)
+		case errors.As(err, &dup):
+			fmt.Printf("attempt %d: %s is queued already\n", attempt, dup.ID)
+		default:
+			panic(err)
+		}
+	}
+	// Output:
+	// attempt 1: accepted invoice-42, depth 1
+	// attempt 2: invoice-42 is queued already
+}
+
 // A ServeMux routes jobs to handlers by type, as net/http's does by path;
 // middleware registered with Use wraps every handler, the first given
 // outermost. A Server calls the mux for each job; here it is called

@@ -35,13 +35,15 @@ import (
 // the result gives the same job and the same text again (the dispatcher
 // and the worker re-encode envelopes when they put a job back).
 func FuzzDecodeJob(f *testing.F) {
-	good := Job{ID: "j1", Tenant: "acme", Type: "sluice.http", Payload: []byte(`{"url":"https://x/"}`),
+	good := Job{ID: "j1", Nonce: "0123456789abcdef", Tenant: "acme", Type: "sluice.http", Payload: []byte(`{"url":"https://x/"}`),
 		Downstream: "api", Cost: 2, MaxRetry: 3, Timeout: time.Second, EnqueuedAt: time.Unix(1700000000, 123).UTC(),
 		Retried: 1, Moves: 2, Class: "gold"}
 	env, _ := good.encode()
 	for _, s := range []string{
 		env,
 		`{"id":"a","tenant":"b","type":"c"}`,
+		`{"id":"a","nonce":"","tenant":"b","type":"c"}`,
+		`{"id":"a","tenant":"b","type":"c","nonce":"n\"@:x"}`,
 		`{"id":"a","tenant":"{x}:\n","type":"c","payload":"AAEC","enqueued_at":"2026-01-02T03:04:05.999999999+14:00"}`,
 		`{"id":"a","tenant":"b","type":"c","payload":null,"cost":-1,"max_retry":-5,"timeout":-1}`,
 		`{"id":"a","tenant":"b","type":"c","id":"","tenant":"b"}`,
@@ -96,11 +98,12 @@ func FuzzDecodeJob(f *testing.F) {
 
 // The fuzzed endpoint's configuration. Before each request the waiting
 // room holds: tenant "limited" (token bucket of 1 per hour) has used its
-// token, tenant "full" is at its tenant bound of 2; in queue-full mode one
-// more job fills the queue's bound.
+// token, tenant "full" is at its tenant bound of 2, the first of its jobs
+// with id fzDupID; in queue-full mode one more job fills the queue's bound.
 const (
 	fzBound      = 4
 	fzMaxPayload = 256
+	fzDupID      = "dup-1"
 )
 
 // fuzzRoom is one fuzz process's miniredis and the producers on it.
@@ -149,24 +152,25 @@ func (r *fuzzRoom) prepare(tb testing.TB, mode int) {
 	}
 	r.m.FlushAll()
 	ctx := context.Background()
-	fill := []string{"limited", "full", "full"}
+	fill := []Job{{Tenant: "limited"}, {Tenant: "full", ID: fzDupID}, {Tenant: "full"}}
 	if mode == 1 {
-		fill = append(fill, "filler")
+		fill = append(fill, Job{Tenant: "filler"})
 	}
-	for _, tenant := range fill {
-		if _, err := r.p.Enqueue(ctx, Job{Tenant: tenant, Type: "x"}); err != nil {
+	for _, job := range fill {
+		job.Type = "x"
+		if _, err := r.p.Enqueue(ctx, job); err != nil {
 			tb.Fatalf("preparing the waiting room: %v", err)
 		}
 	}
 	r.mode, r.prepared = mode, true
 }
 
-// FuzzEnqueueEndpoint: any body POSTed to the endpoint gets 202, 400, 429
-// or 503 with one valid JSON object whose reason matches the status; a
-// 400, 429 or 503 leaves the waiting room exactly as it was (Stats and
-// every key); a 202 adds exactly the job the body describes. mode selects
-// a waiting room with room (0), a full queue (1) or an unreachable Redis
-// (2).
+// FuzzEnqueueEndpoint: any body POSTed to the endpoint gets 202, 400, 409,
+// 429 or 503 with one valid JSON object whose reason matches the status; a
+// 400, 409, 429 or 503 leaves the waiting room exactly as it was (Stats
+// and every key); a 202 adds exactly the job the body describes. mode
+// selects a waiting room with room (0), a full queue (1) or an unreachable
+// Redis (2).
 func FuzzEnqueueEndpoint(f *testing.F) {
 	for _, s := range []string{
 		`{"tenant":"acme","type":"x"}`,
@@ -183,6 +187,8 @@ func FuzzEnqueueEndpoint(f *testing.F) {
 		`{"tenant":"acme","type":"x","cost":-1}`,
 		`{"tenant":"acme","type":"x","max_retry":-2}`,
 		`{"tenant":"acme","type":"x","id":"has space"}`,
+		`{"tenant":"acme","type":"x","id":"` + fzDupID + `"}`,
+		`{"tenant":"limited","type":"x","id":"` + fzDupID + `","cost":2}`,
 		`{"tenant":"acme","type":"x"} {"tenant":"acme","type":"x"}`,
 		`{"tenant":"acme","type":"x","payload":"` + strings.Repeat("p", fzMaxPayload) + `"}`,
 		`{"tenant":"` + strings.Repeat("t", MaxTenantLen) + `","type":"x"}`,
@@ -247,6 +253,11 @@ func FuzzEnqueueEndpoint(f *testing.F) {
 			if resp.Reason != "invalid" || resp.Error == "" {
 				t.Fatalf("400 answer %s", out)
 			}
+		case http.StatusConflict:
+			// The only id in the room that a body can name.
+			if resp.Reason != "duplicate" || resp.ID != fzDupID || resp.Error == "" || p == room.deadP {
+				t.Fatalf("409 answer %s", out)
+			}
 		case http.StatusTooManyRequests:
 			if resp.Reason != "rate_limited" || rec.Header().Get("Retry-After") == "" || rec.Header().Get("RateLimit") == "" {
 				t.Fatalf("429 answer %s, headers %v", out, rec.Header())
@@ -302,7 +313,10 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 	if err != nil {
 		t.Fatalf("stored envelope %q: %v", env, err)
 	}
-	want := Job{ID: resp.ID, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
+	if len(j.Nonce) != 16 || strings.Trim(j.Nonce, "0123456789abcdef") != "" {
+		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.Nonce)
+	}
+	want := Job{ID: resp.ID, Nonce: j.Nonce, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
 		Class: "default", EnqueuedAt: j.EnqueuedAt}
 	if req.Tenant == "limited" {
 		want.Class = "limited"
@@ -462,10 +476,10 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 				keys := tg.keys(t)
 				checkKeyNames(t, keys, cfg.Queue)
 				// One list and one admission key per tenant, plus meta,
-				// tdepth, cdepth, ring and members (no weights: every
+				// tdepth, cdepth, ring, members and ids (no weights: every
 				// tenant has the default weight 1, which is not stored).
-				if len(keys) != 2*len(tenants)+5 {
-					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+5, keys)
+				if len(keys) != 2*len(tenants)+6 {
+					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+6, keys)
 				}
 			}
 
@@ -522,7 +536,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 					return left
 				}
 				k := p.keys
-				check := []string{k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.envelopes}
+				check := []string{k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.envelopes, k.ids}
 				for _, tenant := range tenants {
 					_, list, _ := k.tenant(tenant)
 					check = append(check, list)
@@ -580,30 +594,7 @@ func TestOversizedInputRefused(t *testing.T) {
 			if _, err := p.Enqueue(ctx, Job{Tenant: "acme", Type: "x"}); err != nil {
 				t.Fatal(err)
 			}
-			snapshot := func() string {
-				keys := tg.keys(t)
-				sort := slices.Clone(keys)
-				slices.Sort(sort)
-				var b strings.Builder
-				for _, k := range sort {
-					typ, _ := client.Type(ctx, k).Result()
-					fmt.Fprintf(&b, "%s %s", k, typ)
-					switch typ {
-					case "hash":
-						v, _ := client.HGetAll(ctx, k).Result()
-						fmt.Fprintf(&b, " %v", v)
-					case "list":
-						v, _ := client.LRange(ctx, k, 0, -1).Result()
-						fmt.Fprintf(&b, " %q", v)
-					case "set":
-						v, _ := client.SMembers(ctx, k).Result()
-						slices.Sort(v)
-						fmt.Fprintf(&b, " %q", v)
-					}
-					b.WriteByte('\n')
-				}
-				return b.String()
-			}
+			snapshot := func() string { return snapshotKeys(t, client, tg.keys(t)) }
 			before := snapshot()
 			mib := strings.Repeat("m", 1<<20)
 			for _, c := range []struct {
@@ -656,6 +647,45 @@ func TestOversizedInputRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// snapshotKeys describes the keys and their contents, sorted by name, so
+// that a refusal can be shown to change nothing. Keys that do not exist
+// appear as such ("none"), so a list of the keys a step may write can be
+// given on a Redis Cluster, where KEYS is not meaningful.
+func snapshotKeys(t *testing.T, client redis.UniversalClient, keys []string) string {
+	t.Helper()
+	ctx := context.Background()
+	sort := slices.Clone(keys)
+	slices.Sort(sort)
+	var b strings.Builder
+	for _, k := range sort {
+		typ, err := client.Type(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("TYPE %s: %v", k, err)
+		}
+		fmt.Fprintf(&b, "%s %s", k, typ)
+		switch typ {
+		case "string":
+			v, _ := client.Get(ctx, k).Result()
+			fmt.Fprintf(&b, " %q", v)
+		case "hash":
+			v, _ := client.HGetAll(ctx, k).Result()
+			fmt.Fprintf(&b, " %v", v)
+		case "list":
+			v, _ := client.LRange(ctx, k, 0, -1).Result()
+			fmt.Fprintf(&b, " %q", v)
+		case "set":
+			v, _ := client.SMembers(ctx, k).Result()
+			slices.Sort(v)
+			fmt.Fprintf(&b, " %q", v)
+		case "zset":
+			v, _ := client.ZRangeWithScores(ctx, k, 0, -1).Result()
+			fmt.Fprintf(&b, " %v", v)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // TestNonUTF8TenantIsRefused: a tenant id that is not valid UTF-8 cannot

@@ -30,7 +30,7 @@ type EnqueueResponse struct {
 	ID         string  `json:"id,omitempty"`
 	Depth      int64   `json:"depth,omitempty"`
 	Error      string  `json:"error,omitempty"`
-	Reason     string  `json:"reason,omitempty"` // invalid, rate_limited, queue_full, tenant_full, unavailable
+	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, unavailable
 	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
@@ -40,6 +40,10 @@ type EnqueueResponse struct {
 //
 //   - 202 Accepted with the job's id;
 //   - 400 with a JSON error for a bad request;
+//   - 409 with reason "duplicate" and the job's id when a job with that
+//     id is already in the queue (waiting, or handed over and not
+//     started; see Job.ID): nothing was written, the job already there
+//     will run;
 //   - 429 with Retry-After, RateLimit-Policy and RateLimit (IETF
 //     draft-ietf-httpapi-ratelimit-headers) and X-RateLimit-Limit,
 //     -Remaining and -Reset when the tenant's admission policy refuses;
@@ -83,6 +87,7 @@ func HTTPHandler(p *Producer) http.Handler {
 		rc, err := p.Enqueue(r.Context(), job)
 		var rl *RateLimitedError
 		var qf *QueueFullError
+		var dup *DuplicateJobError
 		switch {
 		case err == nil:
 			if rc.Policy != nil {
@@ -100,6 +105,8 @@ func HTTPHandler(p *Producer) http.Handler {
 			}
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: err.Error(), Reason: reason, Depth: qf.Depth, RetryAfter: 1})
+		case errors.As(err, &dup):
+			reply(w, http.StatusConflict, EnqueueResponse{ID: dup.ID, Error: err.Error(), Reason: "duplicate"})
 		case errors.Is(err, ErrInvalidJob):
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: err.Error(), Reason: "invalid"})
 		default:

@@ -5,7 +5,9 @@
 // exact bound on the queue, and optionally on each tenant's backlog, in one
 // atomic script: concurrent producers never push the queue past its bound,
 // and a refusal is a typed error that carries what the caller needs to
-// retry (RateLimitedError, QueueFullError).
+// retry (RateLimitedError, QueueFullError). A job whose ID is already in
+// the queue is refused too (DuplicateJobError), so that a producer may
+// retry an enqueue whose answer it did not get.
 //
 // A Server runs asynq's server with a dispatcher beside it. The dispatcher
 // moves jobs from the waiting room into asynq round-robin over the tenants
@@ -23,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -47,7 +50,25 @@ const (
 type Job struct {
 	// ID identifies the job; a random one is chosen when empty. At most
 	// MaxIDLen bytes of [A-Za-z0-9_.:-].
+	//
+	// An ID is unique in its queue while its job is in the queue: from
+	// the enqueue until its handler starts (waiting, or handed to asynq
+	// and not started), and again whenever the job is put back to wait
+	// (throttled, rescheduled). Meanwhile Enqueue refuses another job of
+	// that ID with a *DuplicateJobError and writes nothing, so a producer
+	// that lost the answer to an enqueue can safely send it again. Once
+	// the handler has started, the ID may be used again: the new job is
+	// a separate job that runs on its own, even while the first is still
+	// running, retrying, or remembered by asynq as completed (each
+	// enqueue gets its own Nonce, so their asynq tasks never collide).
+	// Handlers that must not act twice for one ID should use it as an
+	// idempotency key.
 	ID string `json:"id"`
+	// Nonce is set by the queue: random and different for every accepted
+	// enqueue, even of the same ID. With ID it names the job in the
+	// waiting room and its asynq task ids (sluice:<id>@<nonce>:<moves>).
+	// It is the envelope's second field (queue_claim.lua reads it there).
+	Nonce string `json:"nonce,omitempty"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,
 	// colons and spaces included), at most MaxTenantLen bytes.
@@ -89,6 +110,8 @@ var (
 	ErrRateLimited = errors.New("sluice: rate limited")
 	// ErrQueueFull is wrapped by *QueueFullError.
 	ErrQueueFull = errors.New("sluice: queue full")
+	// ErrDuplicateJob is wrapped by *DuplicateJobError.
+	ErrDuplicateJob = errors.New("sluice: duplicate job")
 )
 
 // RateLimitedError: the tenant's admission policy refused the job.
@@ -123,6 +146,21 @@ func (e *QueueFullError) Error() string {
 
 // Unwrap returns ErrQueueFull.
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
+
+// DuplicateJobError: a job with the same ID is in the queue (waiting, or
+// handed to asynq and not started). Nothing was written; the job already
+// there will run. Retrying is pointless until that job's handler starts.
+type DuplicateJobError struct {
+	Queue string
+	ID    string
+}
+
+func (e *DuplicateJobError) Error() string {
+	return fmt.Sprintf("%v: a job with id %q is already in queue %q (waiting or handed over, not started)", ErrDuplicateJob, e.ID, e.Queue)
+}
+
+// Unwrap returns ErrDuplicateJob.
+func (e *DuplicateJobError) Unwrap() error { return ErrDuplicateJob }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
@@ -196,10 +234,22 @@ func (j *Job) timeout() time.Duration {
 	return j.Timeout
 }
 
+// key names this enqueue of the job in the waiting room (the handed-over
+// set and the envelopes hash): <id>@<nonce>, '@' being no character of an
+// id. Envelopes written before nonces existed have none; their key is the
+// id, as it was then.
+func (j *Job) key() string {
+	if j.Nonce == "" {
+		return j.ID
+	}
+	return j.ID + "@" + j.Nonce
+}
+
 // taskID is the asynq task id of the job's current hand-over: a repeated
-// hand-over (after a crash) is refused by asynq while the task exists.
+// hand-over (after a crash) is refused by asynq while the task exists,
+// and no other enqueue, even of the same ID, shares it.
 func (j *Job) taskID() string {
-	return fmt.Sprintf("sluice:%s:%d", j.ID, j.Moves)
+	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }
 
 func (j *Job) encode() (string, error) {

@@ -11,8 +11,8 @@ const DefaultPrefix = "sluice:q"
 // queue's hash tag, so that one script can touch them together on Redis
 // Cluster.
 type keys struct {
-	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, envelopes string
-	tenantPrefix, admPrefix                                                       string
+	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, envelopes, ids string
+	tenantPrefix, admPrefix                                                            string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -34,6 +34,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		sleep:        k("sleep"),
 		handed:       k("handed"),
 		envelopes:    k("envelopes"),
+		ids:          k("ids"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 	}, nil

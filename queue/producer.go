@@ -122,16 +122,20 @@ type Receipt struct {
 	Policy *algorithms.Policy
 }
 
-func newID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
-	return hex.EncodeToString(b[:])
+	return hex.EncodeToString(b)
 }
 
+func newID() string { return randomHex(16) }
+
 // Enqueue admits job by its tenant's policy and adds it to the waiting
-// room. It returns a *RateLimitedError when admission refuses, a
+// room. It returns a *DuplicateJobError when a job with the same ID is in
+// the queue (see Job.ID), a *RateLimitedError when admission refuses, a
 // *QueueFullError when the queue or the tenant's backlog is at its bound,
 // and an error wrapping ErrInvalidJob for a job that could never be
 // accepted; in each case nothing was written. Once Enqueue returns nil the
@@ -143,6 +147,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if job.ID == "" {
 		job.ID = newID()
 	}
+	job.Nonce = randomHex(8)
 	job.EnqueuedAt = time.Now().UTC()
 	if p.cfg.Clock != nil {
 		job.EnqueuedAt = p.cfg.Clock().UTC()
@@ -189,9 +194,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	k := p.keys
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth},
+		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
 		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class).Int64Slice()
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -213,11 +218,14 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Depth: v[1], Bound: v[2]}
 	case 2:
 		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: v[1], Bound: v[2]}
-	default:
+	case 4:
+		return Receipt{}, &DuplicateJobError{Queue: p.cfg.Queue, ID: job.ID}
+	case 3:
 		return Receipt{}, &RateLimitedError{Tenant: job.Tenant, Policy: *tp.Admission, Decision: algorithms.Decision{
 			Limit: capacity, Remaining: v[1], ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,
 		}}
 	}
+	return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply %v", p.cfg.Queue, v)
 }
 
 // Stats is a snapshot of the waiting room.

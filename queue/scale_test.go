@@ -55,8 +55,8 @@ func keyClass(k string) (class string, permanent bool) {
 		return "tenant lists", true
 	case strings.HasPrefix(k, room) && strings.HasSuffix(k, tag):
 		// meta (the depth counter) stays; the others (tdepth, cdepth,
-		// ring, members, weights, turns, sleep, handed, envelopes) hold
-		// one entry per tenant or job present and vanish when empty.
+		// ring, members, weights, turns, sleep, handed, envelopes, ids)
+		// hold one entry per tenant or job present and vanish when empty.
 		return "waiting room structures", true
 	case strings.HasPrefix(k, "asynq:{"+scaleQueue+"}:t:"):
 		// Completed tasks, kept for ServerConfig.Retention, deleted by

@@ -276,7 +276,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 // markStarted counts job out of the queue's depth: its handler starts
 // (idempotent: a retried job was counted out already).
 func (s *Server) markStarted(ctx context.Context, job *Job, enc string) error {
-	started, err := scripts.QueueStart.Run(ctx, s.client, []string{s.keys.handed, s.keys.envelopes, s.keys.meta, s.keys.tdepth, s.keys.cdepth}, job.ID, enc, job.Class).Int()
+	k := s.keys
+	started, err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth, k.ids},
+		job.key(), enc, job.Class, job.ID).Int()
 	if err != nil {
 		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
 	}
@@ -301,8 +303,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth},
-		job.ID, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class).Err(); err != nil {
+		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+		job.key(), env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class, job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

@@ -519,11 +519,12 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 				return nil, fmt.Errorf("asynq %s tasks: %w", l.state, err)
 			}
 			for _, ti := range tasks {
-				// Task ids are sluice:<job id>:<hand-overs>.
+				// Task ids are sluice:<job id>@<nonce>:<hand-overs>.
 				id, ok := strings.CutPrefix(ti.ID, "sluice:")
 				if i := strings.LastIndexByte(id, ':'); ok && i > 0 {
 					id = id[:i]
 				}
+				id, _, _ = strings.Cut(id, "@")
 				s := "asynq:" + l.state
 				if ti.IsOrphaned {
 					s += "+orphaned"
@@ -540,7 +541,8 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 	if err != nil {
 		return nil, err
 	}
-	for _, id := range handed {
+	for _, key := range handed {
+		id, _, _ := strings.Cut(key, "@") // <job id>@<nonce>
 		if where[id] == "" {
 			where[id] = "handed"
 		}

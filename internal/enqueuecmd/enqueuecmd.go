@@ -9,6 +9,9 @@
 //	2  bad usage or an invalid job (nothing enqueued for it)
 //	3  refused by the tenant's admission policy (rate limited)
 //	4  refused because the queue or the tenant's backlog is full
+//	5  refused because a job with the same id is already in the queue
+//	   (waiting, or handed to a worker and not started): nothing was
+//	   enqueued, the job already there will run
 package enqueuecmd
 
 import (
@@ -37,6 +40,7 @@ const (
 	ExitUsage       = 2
 	ExitRateLimited = 3
 	ExitQueueFull   = 4
+	ExitDuplicate   = 5
 )
 
 type options struct {
@@ -64,7 +68,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 exit codes: 0 accepted, 1 failure (e.g. Redis unreachable), 2 usage or invalid job,
-            3 rate limited, 4 queue full
+            3 rate limited, 4 queue full, 5 a job with that id is already queued
 `)
 }
 
@@ -183,6 +187,11 @@ func one(ctx context.Context, p *queue.Producer, job queue.Job, o options, stder
 			return r, code
 		}
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
+		if code == ExitDuplicate {
+			// Waiting would not help: the id is free only once that job
+			// has started.
+			fmt.Fprintf(stderr, "enqueue: not enqueued again; the job already queued will run (give another -id, or none for a random one)\n")
+		}
 		return r, code
 	}
 }
@@ -197,6 +206,8 @@ func classify(err error) (int, time.Duration) {
 		return ExitRateLimited, rl.Decision.RetryAfter
 	case errors.As(err, &qf):
 		return ExitQueueFull, time.Second
+	case errors.Is(err, queue.ErrDuplicateJob):
+		return ExitDuplicate, 0
 	case errors.Is(err, queue.ErrInvalidJob):
 		return ExitUsage, 0
 	}
@@ -216,14 +227,16 @@ type lineJob struct {
 
 // bulk enqueues one job per line, with a progress line on stderr. A line
 // that is refused is reported with its number; the exit code is the worst
-// refusal's (failure > queue full > rate limited > invalid), 0 if all
-// were accepted.
+// refusal's (failure > queue full > rate limited > invalid > duplicate: a
+// duplicate's job is queued already, so running a file again after a
+// partial failure reports only the duplicates as 5), 0 if all were
+// accepted.
 func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdout, stderr io.Writer) int {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var accepted, refused, line int
 	worst := ExitOK
-	rank := map[int]int{ExitOK: 0, ExitUsage: 1, ExitRateLimited: 2, ExitQueueFull: 3, ExitFailure: 4}
+	rank := map[int]int{ExitOK: 0, ExitDuplicate: 1, ExitUsage: 2, ExitRateLimited: 3, ExitQueueFull: 4, ExitFailure: 5}
 	last := time.Now()
 	progress := func(final bool) {
 		if o.quiet || (!final && time.Since(last) < 200*time.Millisecond) {

@@ -10,7 +10,9 @@
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 handed-over
---          jobs (sorted set by hand-over time), 7 handed-over envelopes
+--          jobs (sorted set of job keys by hand-over time), 7 handed-over
+--          envelopes (hash by job key). A job's key is <id>@<nonce>, or
+--          its id for envelopes written before nonces existed.
 -- ARGV     1 prefetch (most handed-over jobs at once), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
@@ -21,6 +23,15 @@
 --          {0, wait µs}                  nothing ready; the next sleeper
 --                                        wakes in wait µs (-1: none)
 --          {2, handed over}              prefetch is full
+-- The key of the job whose envelope is env: the id and the nonce are the
+-- envelope's first two fields (ids and nonces need no JSON escaping).
+local function jobkey(env)
+  local id, nonce = string.match(env, '^{"id":"([^"]*)","nonce":"([^"]*)"')
+  if id then return id .. '@' .. nonce end
+  local j = cjson.decode(env)
+  if type(j.nonce) == 'string' and j.nonce ~= '' then return j.id .. '@' .. j.nonce end
+  return j.id
+end
 local now = clock(ARGV[3])
 local handed = redis.call('ZCARD', KEYS[6])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
@@ -54,10 +65,10 @@ while n < room and empties < 32 do
       redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
     end
     if check then return {1, tenant, head} end
-    local id = string.match(head, '^{"id":"([^"]*)"') or cjson.decode(head).id
+    local key = jobkey(head)
     redis.call('LPOP', list)
-    redis.call('ZADD', KEYS[6], int(now), id)
-    redis.call('HSET', KEYS[7], id, head)
+    redis.call('ZADD', KEYS[6], int(now), key)
+    redis.call('HSET', KEYS[7], key, head)
     n = n + 1
     out[#out + 1] = tenant
     out[#out + 1] = head

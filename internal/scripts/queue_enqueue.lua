@@ -1,24 +1,30 @@
 -- Admit a job by its tenant's policy and add it to the tenant's list of the
 -- waiting room, against the queue's exact bound: one atomic step, so that
 -- concurrent producers can never push the queue past its bound, and a job
--- refused for a full queue consumes no admission.
+-- refused for a full queue consumes no admission. A job whose id is already
+-- in the queue (waiting, or handed to asynq and not started) is refused
+-- first, writing nothing: the same check and the same step, so that of
+-- concurrent producers sending one id exactly one gets in.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs waiting or handed to asynq but not
 --          started), 2 per-tenant depth hash, 3 ring of tenants with work,
 --          4 set of tenants in the ring or asleep, 5 weights hash,
 --          6 the tenant's list, 7 the tenant's admission state, 8 per-class
---          depth hash (for metrics)
+--          depth hash (for metrics), 9 ids hash (job id -> how many jobs of
+--          that id are in the queue)
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's envelope,
 --          6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class
+--          now or ""), 14 the tenant's metrics class, 15 the job's id
 -- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
 --          {1, depth, bound, 0, 0} queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
+--          {4, 0, 0, 0, 0} a job of that id is in the queue
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
 local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
 if depth >= bound then return {1, depth, bound, 0, 0} end
 if tbound > 0 then
@@ -37,4 +43,5 @@ if ARGV[4] ~= '1' then redis.call('HSET', KEYS[5], tenant, ARGV[4]) end
 redis.call('HINCRBY', KEYS[1], 'depth', 1)
 redis.call('HINCRBY', KEYS[2], tenant, 1)
 redis.call('HINCRBY', KEYS[8], ARGV[14], 1)
+redis.call('HSET', KEYS[9], ARGV[15], 1)
 return {0, depth + 1, d[2], d[3], 0}

@@ -4,8 +4,9 @@
 -- remembered as handed over, so that a dispatcher that dies before asynq
 -- has it does not lose it (queue_untake.lua puts it back).
 -- KEYS     1 the tenant's list, 2 handed-over jobs (sorted set: job id by
---          hand-over time, µs), 3 handed-over envelopes (hash by job id)
--- ARGV     1 the claimed envelope, 2 the job id, 3 now in µs or "" for TIME
+--          hand-over time, µs), 3 handed-over envelopes (hash by job key)
+-- ARGV     1 the claimed envelope, 2 the job key (<id>@<nonce>, or the id
+--          for envelopes without a nonce), 3 now in µs or "" for TIME
 -- Uses     prelude.lua (int, clock)
 -- Returns  1 taken, 0 the head changed (another dispatcher took it)
 local now = clock(ARGV[3])

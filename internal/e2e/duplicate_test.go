@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// TestDuplicateEnqueueHTTPAndCLI: a job whose id is already queued is
+// refused by a worker's POST /enqueue with 409 and reason "duplicate", and
+// by the CLI with exit code 5, and nothing is added; an id whose job has
+// run may be used again. The api downstream allows one call an hour, so
+// after the first job every job for it stays in the waiting room.
+func TestDuplicateEnqueueHTTPAndCLI(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	a := newAPI(t, downstream.FakeConfig{})
+	f := newFleet(t, fmt.Sprintf(`queue:
+  name: %s
+  bound: 100
+downstreams:
+  api:
+    base_url: %s/api/
+    rate: 1
+    per: 1h
+    max_wait: 1s
+`, queueName, a.URL()), "-redis", "redis://"+srv.Addr()+"/0")
+	w := f.start()
+
+	code, body, err := post(w.addr, a.jobLine("first", "t0"))
+	if err != nil || code != http.StatusAccepted || body.ID != "first" {
+		t.Fatalf("POST first: %d %+v %v", code, body, err)
+	}
+	poll(t, 20*time.Second, func() bool { return len(a.missing([]string{"first"})) == 0 },
+		func() string { return "the first job did not reach the downstream" })
+	code, body, err = post(w.addr, a.jobLine("waits", "t0"))
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("POST waits: %d %+v %v", code, body, err)
+	}
+
+	// The same id again, from any tenant: 409, with the id.
+	for _, tenant := range []string{"t0", "t1"} {
+		code, body, err = post(w.addr, a.jobLine("waits", tenant))
+		if err != nil || code != http.StatusConflict || body.Reason != "duplicate" || body.ID != "waits" ||
+			!strings.Contains(body.Error, `"waits" is already in queue`) {
+			t.Fatalf("POST waits again (tenant %s): %d %+v %v; want 409 duplicate", tenant, code, body, err)
+		}
+	}
+	r := f.enqueue("", "-tenant", "t2", "-type", "sluice.http", "-downstream", "api", "-id", "waits",
+		"-payload", fmt.Sprintf(`{"url":"%s/api/jobs/waits"}`, a.URL()))
+	if r.code != 5 || r.stdout != "" || !strings.Contains(r.stderr, "duplicate job") || !strings.Contains(r.stderr, `"waits"`) {
+		t.Fatalf("enqueue -id waits: exit %d, stdout %q, stderr %q; want exit 5 naming the id", r.code, r.stdout, r.stderr)
+	}
+
+	// The first job has run: its id is free.
+	code, body, err = post(w.addr, a.jobLine("first", "t1"))
+	if err != nil || code != http.StatusAccepted || body.ID != "first" {
+		t.Fatalf("POST first after it ran: %d %+v %v; want 202", code, body, err)
+	}
+	r = f.enqueue("", "stats")
+	if r.code != 0 || !strings.Contains(r.stdout, "depth        2 of 100") {
+		t.Fatalf("stats: exit %d\n%s%s; want depth 2 (waits, and first again)", r.code, r.stdout, r.stderr)
+	}
+	if calls := len(a.snapshot()); calls != 1 {
+		t.Fatalf("%d calls reached the downstream; want 1", calls)
+	}
+}

@@ -1,0 +1,497 @@
+package queue
+
+// Job ids: a job whose id is in the queue (waiting, or handed over and not
+// started) is refused with a *DuplicateJobError, in the enqueue script
+// itself and writing nothing; once its handler has started the id may be
+// used again, and the new job runs on its own even while asynq still holds
+// the first one's task.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/scripts"
+)
+
+// roomKeys lists every key of p's waiting room that an enqueue for tenants
+// may write, admission state under algs included.
+func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
+	k := p.keys
+	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.envelopes, k.ids}
+	for _, tenant := range tenants {
+		enc, list, _ := k.tenant(tenant)
+		keys = append(keys, list, k.admission("none", enc))
+		for _, alg := range algs {
+			keys = append(keys, k.admission(string(alg), enc))
+		}
+	}
+	return keys
+}
+
+// wantDuplicate fails t unless err is the *DuplicateJobError of id in cfg's
+// queue.
+func wantDuplicate(t *testing.T, err error, cfg Config, id string) {
+	t.Helper()
+	var dup *DuplicateJobError
+	if !errors.As(err, &dup) || !errors.Is(err, ErrDuplicateJob) || dup.ID != id || dup.Queue != cfg.Queue {
+		t.Fatalf("enqueue of id %q: %v; want a DuplicateJobError naming it", id, err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("%q", id)) {
+		t.Fatalf("error %q does not name the id", err)
+	}
+}
+
+// idCount returns how many jobs the waiting room counts under id (0 when
+// the id is not in the queue).
+func idCount(t *testing.T, client redis.UniversalClient, p *Producer, id string) int64 {
+	t.Helper()
+	n, err := client.HGet(context.Background(), p.keys.ids, id).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDuplicateIDRefused: a second job with an id in the queue is refused
+// whatever its tenant or payload, before the bound (a full queue still
+// answers "duplicate") and before admission (a rate-limited tenant spends
+// nothing), and no key changes.
+func TestDuplicateIDRefused(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 2)
+		pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 5, Period: time.Minute}
+		cfg.Tenants = func(tenant string) TenantPolicy {
+			if tenant == "limited" {
+				return TenantPolicy{Admission: &pol, Class: "gold", Weight: 3}
+			}
+			return TenantPolicy{}
+		}
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		r, err := p.Enqueue(ctx, Job{ID: "order-1", Tenant: "acme", Type: "x", Payload: []byte("first")})
+		if err != nil || r.ID != "order-1" || r.Depth != 1 {
+			t.Fatalf("first job: %+v, %v", r, err)
+		}
+		keys := roomKeys(p, []string{"acme", "limited"}, pol.Algorithm)
+		before := snapshotKeys(t, client, keys)
+		for _, job := range []Job{
+			{ID: "order-1", Tenant: "acme", Type: "x", Payload: []byte("first")},
+			{ID: "order-1", Tenant: "acme", Type: "y", Payload: []byte("second"), Downstream: "api", Cost: 3},
+			{ID: "order-1", Tenant: "limited", Type: "x"},
+		} {
+			_, err := p.Enqueue(ctx, job)
+			wantDuplicate(t, err, cfg, "order-1")
+		}
+		if after := snapshotKeys(t, client, keys); after != before {
+			t.Fatalf("a refused duplicate changed Redis:\n%s---\n%s", before, after)
+		}
+
+		// A full queue: a duplicate still says so; a new id is refused
+		// for the bound.
+		if _, err := p.Enqueue(ctx, Job{ID: "order-2", Tenant: "limited", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		before = snapshotKeys(t, client, keys)
+		for _, id := range []string{"order-1", "order-2"} {
+			for _, tenant := range []string{"acme", "limited"} {
+				_, err := p.Enqueue(ctx, Job{ID: id, Tenant: tenant, Type: "x"})
+				wantDuplicate(t, err, cfg, id)
+			}
+		}
+		var qf *QueueFullError
+		if _, err := p.Enqueue(ctx, Job{ID: "order-3", Tenant: "acme", Type: "x"}); !errors.As(err, &qf) {
+			t.Fatalf("a new id in a full queue: %v; want QueueFullError", err)
+		}
+		if after := snapshotKeys(t, client, keys); after != before {
+			t.Fatalf("refusals in a full queue changed Redis:\n%s---\n%s", before, after)
+		}
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 2 || st.Tenants != 2 {
+			t.Fatalf("stats %+v, %v; want depth 2 for 2 tenants", st, err)
+		}
+		if idCount(t, client, p, "order-1") != 1 || idCount(t, client, p, "order-2") != 1 {
+			t.Fatal("each id in the queue must be counted once")
+		}
+	})
+}
+
+// TestDuplicateIDConcurrentProducers: separate producers sending the same
+// ids at the same moment: exactly one job per id gets in.
+func TestDuplicateIDConcurrentProducers(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 1000)
+		const ids, senders = 20, 8
+		producers := make([]*Producer, senders)
+		for i := range producers {
+			p, err := NewProducer(client, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			producers[i] = p
+		}
+		var accepted [ids]atomic.Int64
+		var refused atomic.Int64
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for s := range senders {
+			for i := range ids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					id := fmt.Sprintf("same-%02d", i)
+					_, err := producers[s].Enqueue(context.Background(), Job{ID: id, Tenant: fmt.Sprintf("t%d", s%3), Type: "x", Payload: []byte(fmt.Sprint(s))})
+					var dup *DuplicateJobError
+					switch {
+					case err == nil:
+						accepted[i].Add(1)
+					case errors.As(err, &dup) && dup.ID == id:
+						refused.Add(1)
+					default:
+						t.Error(err)
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		for i := range accepted {
+			if n := accepted[i].Load(); n != 1 {
+				t.Errorf("id same-%02d: %d jobs accepted; want exactly 1", i, n)
+			}
+		}
+		if refused.Load() != ids*(senders-1) {
+			t.Errorf("%d refused; want %d", refused.Load(), ids*(senders-1))
+		}
+		st, err := producers[0].Stats(context.Background())
+		if err != nil || st.Depth != ids {
+			t.Fatalf("stats %+v, %v; want depth %d", st, err, ids)
+		}
+		if n, err := client.HLen(context.Background(), producers[0].keys.ids).Result(); err != nil || n != ids {
+			t.Fatalf("%d ids recorded (%v); want %d", n, err, ids)
+		}
+	})
+}
+
+// TestDuplicateIDDrained is the reported bug: two enqueues of one id while
+// a server drains. The second is refused; every accepted job runs once,
+// with its own payload, and the queue ends empty with no count left over.
+// Then the id is used again after its job completed, while asynq still
+// keeps that job's completed task (Retention): the new job is accepted and
+// runs, under a task id of its own.
+func TestDuplicateIDDrained(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		cfg.TenantBound = 10
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("first")}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("second")})
+		wantDuplicate(t, err, cfg, "same")
+		for i := range 4 {
+			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprintf("other-%d", i), Tenant: "a", Type: "x", Payload: []byte("other")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, _ := p.Stats(ctx); st.Depth != 5 {
+			t.Fatalf("depth %d, want 5", st.Depth)
+		}
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Retention: time.Hour}, rec)
+		empty := func() bool {
+			st, err := p.Stats(ctx)
+			td, err2 := p.TenantDepth(ctx, "a")
+			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handed, p.keys.envelopes).Result()
+			return err == nil && err2 == nil && err3 == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0 && td == 0 && n == 0
+		}
+		waitFor(t, 20*time.Second, "5 jobs to run and the queue to empty", func() bool { return rec.count() >= 5 && empty() })
+		rec.mu.Lock()
+		for _, id := range []string{"same", "other-0", "other-1", "other-2", "other-3"} {
+			if rec.runs[id] != 1 {
+				t.Errorf("job %s ran %d times; want once", id, rec.runs[id])
+			}
+		}
+		if len(rec.order) != 5 {
+			t.Errorf("%d runs; want 5", len(rec.order))
+		}
+		for _, j := range rec.order {
+			if j.ID == "same" && string(j.Payload) != "first" {
+				t.Errorf("job same ran with payload %q; want the accepted one's", j.Payload)
+			}
+		}
+		rec.mu.Unlock()
+
+		// asynq remembers the completed task for an hour.
+		ins := asynq.NewInspectorFromRedisClient(client)
+		completed := func() []string {
+			var ids []string
+			tasks, err := ins.ListCompletedTasks(cfg.Queue, asynq.PageSize(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ti := range tasks {
+				if strings.HasPrefix(ti.ID, "sluice:same@") {
+					ids = append(ids, ti.ID)
+				}
+			}
+			return ids
+		}
+		waitFor(t, 5*time.Second, "asynq to record the task completed", func() bool { return len(completed()) == 1 })
+		first := completed()[0]
+
+		// The id again, after its job completed.
+		r, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")})
+		if err != nil || r.ID != "same" {
+			t.Fatalf("the id again after its job completed: %+v, %v; want accepted", r, err)
+		}
+		waitFor(t, 20*time.Second, "the reused id's job to run", func() bool { return rec.count() >= 6 && empty() })
+		rec.mu.Lock()
+		if last := rec.order[len(rec.order)-1]; last.ID != "same" || string(last.Payload) != "third" || rec.runs["same"] != 2 {
+			t.Errorf("last run %s %q, job same ran %d times; want the third payload, twice in all", last.ID, last.Payload, rec.runs["same"])
+		}
+		rec.mu.Unlock()
+		waitFor(t, 5*time.Second, "asynq to record both tasks completed", func() bool { return len(completed()) == 2 })
+		if c := completed(); c[0] == c[1] || (c[0] != first && c[1] != first) {
+			t.Fatalf("completed tasks %q; want the first one's and a new one", c)
+		}
+	})
+}
+
+// fakeClock is a Config.Clock that tests move forward.
+type fakeClock struct{ offset atomic.Int64 }
+
+func (c *fakeClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *fakeClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// TestDuplicateIDReusedWhileRunning: while a job runs, its id may be used
+// again; the new job is refused a twin while it waits or is handed over.
+// When the running job is put back (a 429: Reschedule), its id is in the
+// queue again, counted apart from the other job's: after the other starts,
+// the id is still refused until the put-back job has started too.
+func TestDuplicateIDReusedWhileRunning(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		clock := &fakeClock{}
+		cfg.Clock = clock.now
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("first")}); err != nil {
+			t.Fatal(err)
+		}
+		started, release := make(chan struct{}), make(chan struct{})
+		var mu sync.Mutex
+		runs := map[string]int{}
+		ran := func(payload string) int {
+			mu.Lock()
+			defer mu.Unlock()
+			return runs[payload]
+		}
+		// One worker and a prefetch of one: while the first job runs, the
+		// second is handed over and waits for the worker.
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1}, HandlerFunc(func(ctx context.Context, j *Job) error {
+			mu.Lock()
+			runs[string(j.Payload)]++
+			n := runs[string(j.Payload)]
+			mu.Unlock()
+			if string(j.Payload) == "first" && n == 1 {
+				close(started)
+				<-release
+				return Reschedule(time.Minute, "429")
+			}
+			return nil
+		}))
+		<-started
+		if n := idCount(t, client, p, "same"); n != 0 {
+			t.Fatalf("a running job's id counted %d times; want 0", n)
+		}
+		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("second")}); err != nil {
+			t.Fatalf("the id of a running job: %v; want accepted", err)
+		}
+		waitFor(t, 10*time.Second, "the second job to be handed over", func() bool {
+			st, err := p.Stats(ctx)
+			return err == nil && st.HandedOver == 1 && st.Depth == 1
+		})
+		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")})
+		wantDuplicate(t, err, cfg, "same")
+
+		// The first job is put back for a minute; the second runs.
+		close(release)
+		waitFor(t, 10*time.Second, "the second job to run and the first to wait", func() bool {
+			st, err := p.Stats(ctx)
+			return ran("second") == 1 && err == nil && st.Depth == 1 && st.HandedOver == 0 && st.Sleeping == 1
+		})
+		if n := idCount(t, client, p, "same"); n != 1 {
+			t.Fatalf("the put-back job's id counted %d times; want 1", n)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
+		wantDuplicate(t, err, cfg, "same")
+
+		// A minute later the first job runs again, and the id is free.
+		clock.advance(2 * time.Minute)
+		waitFor(t, 10*time.Second, "the first job to run again and the queue to empty", func() bool {
+			st, err := p.Stats(ctx)
+			n, err2 := client.Exists(ctx, p.keys.ids).Result()
+			return ran("first") == 2 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
+		})
+		if ran("second") != 1 || ran("third") != 0 || ran("fourth") != 0 {
+			t.Fatalf("runs %v; want first twice (put back once), second once, no others", runs)
+		}
+	})
+}
+
+// TestRecoverByJobKey: the recovery finds handed-over jobs by their key
+// (<id>@<nonce>): one that asynq lost goes back to wait, its id still
+// refused; one that asynq finished without starting it is counted out and
+// its id is free again.
+func TestRecoverByJobKey(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		clock := &fakeClock{}
+		cfg.Clock = clock.now
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		for _, id := range []string{"lost", "finished"} {
+			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := NewServer(client, ServerConfig{Config: cfg, StaleAfter: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Hand both over without a worker.
+		if _, err := s.dispatchOne(ctx); err != nil {
+			t.Fatal(err)
+		}
+		envs, err := client.HGetAll(ctx, p.keys.envelopes).Result()
+		if err != nil || len(envs) != 2 {
+			t.Fatalf("handed-over envelopes %v, %v; want 2", envs, err)
+		}
+		ins := asynq.NewInspectorFromRedisClient(client)
+		for key, env := range envs {
+			j, err := decodeJob([]byte(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if key != j.ID+"@"+j.Nonce || len(j.Nonce) != 16 {
+				t.Fatalf("handed-over job %s under key %q; want <id>@<16 hex digits>", j.ID, key)
+			}
+			if _, err := ins.GetTaskInfo(cfg.Queue, "sluice:"+key+":0"); err != nil {
+				t.Fatalf("asynq has no task for job %s: %v", key, err)
+			}
+			switch j.ID {
+			case "lost":
+				err = ins.DeleteTask(cfg.Queue, j.taskID())
+			case "finished":
+				err = ins.ArchiveTask(cfg.Queue, j.taskID())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock.advance(2 * time.Minute)
+		if n, err := s.Recover(ctx); err != nil || n != 1 {
+			t.Fatalf("Recover: %d, %v; want 1 job put back", n, err)
+		}
+		st, err := p.Stats(ctx)
+		if err != nil || st.Depth != 1 || st.HandedOver != 0 {
+			t.Fatalf("after the recovery: %+v, %v; want the lost job waiting", st, err)
+		}
+		_, list, _ := p.keys.tenant("a")
+		if env, err := client.LIndex(ctx, list, 0).Result(); err != nil || !strings.HasPrefix(env, `{"id":"lost","nonce":"`) {
+			t.Fatalf("tenant's list head %q, %v; want the lost job", env, err)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "lost", Tenant: "a", Type: "x"})
+		wantDuplicate(t, err, cfg, "lost")
+		if _, err := p.Enqueue(ctx, Job{ID: "finished", Tenant: "a", Type: "x"}); err != nil {
+			t.Fatalf("the id of a job asynq finished: %v; want accepted", err)
+		}
+		if idCount(t, client, p, "lost") != 1 || idCount(t, client, p, "finished") != 1 {
+			t.Fatal("want each id counted once")
+		}
+	})
+}
+
+// TestEnvelopeWithoutNonce: a job enqueued before nonces existed (its
+// envelope has none, its key is its bare id, and no id was recorded for
+// it) is drained as before and leaves no count behind.
+func TestEnvelopeWithoutNonce(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		old := Job{ID: "old-1", Tenant: "a", Type: "x", Payload: []byte("old"), EnqueuedAt: time.Now().UTC(), Class: "default"}
+		env, err := old.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(env, "nonce") {
+			t.Fatalf("envelope %s", env)
+		}
+		// What the enqueue script wrote then.
+		k := p.keys
+		enc, list, _ := k.tenant("a")
+		pipe := client.TxPipeline()
+		pipe.RPush(ctx, list, env)
+		pipe.SAdd(ctx, k.members, enc)
+		pipe.RPush(ctx, k.ring, enc)
+		pipe.HIncrBy(ctx, k.meta, "depth", 1)
+		pipe.HIncrBy(ctx, k.tdepth, enc, 1)
+		pipe.HIncrBy(ctx, k.cdepth, "default", 1)
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The claim script finds its key without the fast path.
+		v, err := scripts.QueueClaim.Run(ctx, client, []string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.envelopes},
+			10, k.tenantPrefix, "", 32, "0").Slice()
+		if err != nil || len(v) != 4 {
+			t.Fatalf("claim: %v, %v", v, err)
+		}
+		if members, err := client.ZRange(ctx, k.handed, 0, -1).Result(); err != nil || len(members) != 1 || members[0] != "old-1" {
+			t.Fatalf("handed over: %q, %v; want the bare id", members, err)
+		}
+		// Hand it back, as a failed hand-over would, and let a server run it.
+		if err := scripts.QueueUntake.Run(ctx, client, []string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+			old.key(), env, enc, 0, "", old.Class, old.ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+		waitFor(t, 10*time.Second, "the old job to run and the queue to empty", func() bool {
+			st, err := p.Stats(ctx)
+			n, err2 := client.Exists(ctx, k.ids, k.handed, k.envelopes).Result()
+			return rec.count() == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
+		})
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if j := rec.order[0]; j.ID != "old-1" || j.Nonce != "" || string(j.Payload) != "old" {
+			t.Fatalf("ran %+v", j)
+		}
+	})
+}
