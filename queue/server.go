@@ -71,7 +71,8 @@ type Server struct {
 	log       *slog.Logger
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	wake      chan struct{} // a job started: the prefetch has room
+	wake      chan struct{}  // a job started: the prefetch has room
+	starts    *startRecorder // records the jobs' starts, group-committed
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -138,9 +139,18 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 
 // Start starts processing with h and returns; Shutdown stops.
 func (s *Server) Start(h Handler) error {
+	// The recorder of the jobs' starts runs before the first job can
+	// start; a Start that fails (a second one) leaves the first alone.
+	fresh := s.starts == nil
+	if fresh {
+		s.runRecorder()
+	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return s.process(ctx, t, h)
 	})); err != nil {
+		if fresh {
+			s.stopRecorder()
+		}
 		return fmt.Errorf("sluice: starting asynq: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -161,6 +171,9 @@ func (s *Server) Shutdown() {
 	}
 	s.wg.Wait()
 	s.srv.Shutdown()
+	// Jobs start until asynq's server has stopped: only then may the
+	// recorder of their starts go.
+	s.stopRecorder()
 }
 
 // Run starts the server and blocks until ctx is done, then shuts down.
@@ -243,7 +256,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				s.cfg.Metrics.throttled(d.Limit.Name)
 				return s.putBack(ctx, t, job, enc, r.RetryAfter, "throttled")
 			}
-			if err := s.markStarted(ctx, job, enc); err != nil {
+			if _, err := s.markStarted(ctx, job, enc); err != nil {
 				s.cfg.Throttle.Cancel(context.WithoutCancel(ctx), r)
 				return err
 			}
@@ -256,7 +269,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			}
 			// A pause announced while we slept covers the slot: book again.
 		}
-	} else if err := s.markStarted(ctx, job, enc); err != nil {
+	} else if _, err := s.markStarted(ctx, job, enc); err != nil {
 		return err
 	}
 	err = h.ProcessJob(ctx, job)
@@ -271,25 +284,6 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	return err
-}
-
-// markStarted counts job out of the queue's depth: its handler starts
-// (idempotent: a retried job was counted out already).
-func (s *Server) markStarted(ctx context.Context, job *Job, enc string) error {
-	k := s.keys
-	started, err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth, k.ids},
-		job.key(), enc, job.Class, job.ID).Int()
-	if err != nil {
-		return fmt.Errorf("%w: marking job started: %v", errNotFailure, err)
-	}
-	if started == 1 {
-		s.cfg.Metrics.started(job)
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
-	return nil
 }
 
 // putBack returns job to the head of its tenant's list, its tenant asleep

@@ -129,7 +129,8 @@ func argStrings(cmd redis.Cmder) []string {
 }
 
 // outcome tells the productive calls of the polling scripts from the
-// idle ones: sluice's claim (a job, nothing ready, or prefetch full) and
+// idle ones: sluice's claim (jobs taken, a job to check, nothing ready,
+// or prefetch full) and
 // asynq's dequeue (a task, or an empty queue, after which asynq's
 // processor sleeps TaskCheckInterval/2 plus up to TaskCheckInterval).
 // err is the command's error as the hook sees it (go-redis sets it on the
@@ -159,11 +160,14 @@ func outcome(cmd redis.Cmder, err error) string {
 		if len(v) == 0 {
 			return ""
 		}
+		// The statuses of queue_claim.lua.
 		switch st, _ := v[0].(int64); st {
 		case 1:
-			return " → a job"
+			return " → a job to check (throttle)"
 		case 2:
-			return " → prefetch full (sleeps poll/5)"
+			return " → prefetch full (waits for a start)"
+		case 3:
+			return " → jobs taken"
 		default:
 			return " → nothing ready (sleeps)"
 		}
