@@ -2,6 +2,8 @@ package algorithms
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,89 @@ func TestDecidedOnServerClock(t *testing.T) {
 			t.Fatalf("%s: refused %v of server time later", alg, wait)
 		}
 	}
+}
+
+// TestStateFormat: the constant-size algorithms keep one string of
+// integers under a key name that carries the format's version, so a key
+// of an earlier format (version 1 kept a hash under the name without
+// ":v2") is never read as the current one: it neither fails the script
+// (WRONGTYPE) nor changes a decision, and is left to expire.
+func TestStateFormat(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg target) {
+		if tg.client == nil {
+			t.Skip("no Redis keys in process")
+		}
+		for _, alg := range Algorithms {
+			t.Run(string(alg), func(t *testing.T) {
+				client := tg.client(t)
+				ctx := context.Background()
+				// A period of whole µs that 3 does not divide: the GCRA's
+				// TAT then has a fraction (stored as "a:f").
+				p := Policy{Algorithm: alg, Limit: 3, Period: time.Minute + time.Microsecond}
+				l := tg.new(t, p, nil).(*Redis)
+				k, err := l.Key("tenant")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if alg == SlidingWindowLog {
+					if strings.Contains(k, ":v2:") {
+						t.Fatalf("sliding log key %q: its format did not change", k)
+					}
+					return
+				}
+				old := strings.Replace(k, ":v2:{", ":{", 1)
+				if old == k {
+					t.Fatalf("key %q carries no format version", k)
+				}
+				// A version-1 hash that would refuse everything.
+				v1 := map[string]any{"w": "99999999999", "c": "3", "p": "3", "t": "0", "l": "99999999999999999", "a": "99999999999999999", "f": "0"}
+				if err := client.HSet(ctx, old, v1).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.PExpire(ctx, old, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				// Integers per state: the GCRA's TAT is "a:f", or "a" when
+				// f is 0 (after the third call here).
+				fields := map[Algorithm][]int{FixedWindow: {2, 2, 2}, SlidingWindowCounter: {3, 3, 3}, TokenBucket: {2, 2, 2}, GCRA: {2, 2, 1}}[alg]
+				for i := int64(0); i < 3; i++ {
+					d, err := l.AllowN(ctx, "tenant", 1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !d.Allowed || d.Remaining != 2-i {
+						t.Fatalf("call %d: %+v; want admitted, %d remaining", i, d, 2-i)
+					}
+					if typ, _ := client.Type(ctx, k).Result(); typ != "string" {
+						t.Fatalf("state key %q is a %s; want a string", k, typ)
+					}
+					v, err := client.Get(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					parts := strings.Split(v, ":")
+					if len(parts) != fields[i] {
+						t.Fatalf("call %d: state %q; want %d integers", i, v, fields[i])
+					}
+					for _, s := range parts {
+						if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+							t.Fatalf("call %d: state %q: %v", i, v, err)
+						}
+					}
+				}
+				if d, _ := l.PeekN(ctx, "tenant", 1); d.Allowed {
+					t.Fatalf("peek after the limit: %+v", d)
+				}
+				if got, _ := client.HGetAll(ctx, old).Result(); len(got) != len(v1) {
+					t.Fatalf("the version-1 key was changed: %v", got)
+				}
+				if err := l.Reset(ctx, "tenant"); err != nil {
+					t.Fatal(err)
+				}
+				if n, _ := client.Exists(ctx, k).Result(); n != 0 {
+					t.Fatalf("Reset left %q", k)
+				}
+			})
+		}
+	})
 }

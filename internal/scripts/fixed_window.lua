@@ -3,25 +3,28 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
--- State     a hash: w = window index (now / period), c = units admitted in it
+-- State     a string "w:c": w = window index (now / period), c = units
+--           admitted in it. Read with GET, written with one SET PX. The
+--           key's name carries the format's version (see StateVersion in
+--           scripts.go).
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   local w = math.floor(now / period)
   local count = 0
-  local st = redis.call('HMGET', key, 'w', 'c')
-  if st[1] then
-    local sw = tonumber(st[1])
+  local s = redis.call('GET', key)
+  if s then
+    local i = string.find(s, ':', 1, true)
+    local sw = tonumber(string.sub(s, 1, i - 1))
     if sw == w then
-      count = tonumber(st[2])
+      count = tonumber(string.sub(s, i + 1))
     elseif sw > w then -- the clock went back: stay in the stored window
-      w, count = sw, tonumber(st[2])
+      w, count = sw, tonumber(string.sub(s, i + 1))
     end
   end
   local stop = (w + 1) * period
   local allowed = count + n <= limit
   if allowed and consume then
     count = count + n
-    redis.call('HSET', key, 'w', int(w), 'c', int(count))
-    redis.call('PEXPIRE', key, ttl(stop - now) + pad)
+    redis.call('SET', key, string.format('%d:%d', w, count), 'PX', ttl(stop - now) + pad)
   end
   local reset, retry = 0, 0
   if count > 0 then reset = stop - now end

@@ -5,14 +5,22 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
--- State     a hash: a, f as above
+-- State     a string: "a:f" as above, or "a" alone when f = 0 (Redis then
+--           keeps it as an integer). Read with GET, written with one SET
+--           PX. The key's name carries the format's version (see
+--           StateVersion in scripts.go).
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   local full = capacity * pr -- the burst tolerance, in 1/rl µs
   local at, frac = now, 0
-  local st = redis.call('HMGET', key, 'a', 'f')
-  if st[1] then
-    local a = tonumber(st[1])
-    if a >= now then at, frac = a, tonumber(st[2]) end
+  local s = redis.call('GET', key)
+  if s then
+    local i = string.find(s, ':', 1, true)
+    local a
+    if i then a = tonumber(string.sub(s, 1, i - 1)) else a = tonumber(s) end
+    if a >= now then
+      at = a
+      if i then frac = tonumber(string.sub(s, i + 1)) end
+    end
   end
   local level = (at - now) * rl + frac -- TAT - now, in 1/rl µs
   local inc = n * pr
@@ -22,8 +30,9 @@ local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
     at = at + math.floor(f / rl)
     frac = f % rl
     level = level + inc
-    redis.call('HSET', key, 'a', int(at), 'f', int(frac))
-    redis.call('PEXPIRE', key, ttl(math.ceil(level / rl)) + pad)
+    local v
+    if frac == 0 then v = int(at) else v = string.format('%d:%d', at, frac) end
+    redis.call('SET', key, v, 'PX', ttl(math.ceil(level / rl)) + pad)
   end
   local retry = 0
   if not allowed then retry = math.ceil((level + inc - full) / rl) end

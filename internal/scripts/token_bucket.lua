@@ -4,14 +4,18 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
--- State     a hash: t = tokens (in 1/pr units), l = time of that count (µs)
+-- State     a string "t:l": t = tokens (in 1/pr units), l = time of that
+--           count (µs). Read with GET, written with one SET PX. The key's
+--           name carries the format's version (see StateVersion in
+--           scripts.go).
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   local full = capacity * pr
   local tokens = full
-  local st = redis.call('HMGET', key, 't', 'l')
-  if st[1] then
-    tokens = tonumber(st[1])
-    local last = tonumber(st[2])
+  local s = redis.call('GET', key)
+  if s then
+    local i = string.find(s, ':', 1, true)
+    tokens = tonumber(string.sub(s, 1, i - 1))
+    local last = tonumber(string.sub(s, i + 1))
     if now > last then
       -- Compare the idle time first, so that the product cannot grow large.
       if now - last >= math.ceil((full - tokens) / rl) then
@@ -27,8 +31,7 @@ local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   local allowed = tokens >= cost
   if allowed and consume then
     tokens = tokens - cost
-    redis.call('HSET', key, 't', int(tokens), 'l', int(now))
-    redis.call('PEXPIRE', key, ttl(math.ceil((full - tokens) / rl)) + pad)
+    redis.call('SET', key, string.format('%d:%d', tokens, now), 'PX', ttl(math.ceil((full - tokens) / rl)) + pad)
   end
   local retry = 0
   if not allowed then retry = math.ceil((cost - tokens) / rl) end
