@@ -583,7 +583,10 @@ func TestOversizedInputRefused(t *testing.T) {
 		t.Run(tg.name, func(t *testing.T) {
 			client := tg.client(t)
 			ctx := context.Background()
-			pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 10, Period: time.Second}
+			// An hour's period keeps the admission state of the one job
+			// below alive (6 minutes) across the slow refusals: a key that
+			// expired between the snapshots would look like a change.
+			pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 10, Period: time.Hour}
 			cfg := Config{Queue: hostileQueue("oversized"), Bound: 100, MaxPayload: 1000,
 				Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
 			p, err := NewProducer(client, cfg)

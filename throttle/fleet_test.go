@@ -106,8 +106,8 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 		prefix := redistest.KeyPrefix(t) + "th"
 		lim := Limit{Rate: 50, MaxWait: 5 * time.Second}
 		var (
-			mu       sync.Mutex
-			arrivals []time.Time
+			mu   sync.Mutex
+			tats []int64 // each reservation's bucket TAT, in µs on Redis's clock
 		)
 		var wg sync.WaitGroup
 		for i, skew := range []time.Duration{10 * time.Second, -10 * time.Second} {
@@ -128,19 +128,29 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 						if slept := after.Sub(before); slept < r.Delay || slept > r.Delay+2*time.Second {
 							t.Errorf("process %d (skew %v) waited %v for a slot %v away", i, skew, slept, r.Delay)
 						}
+						if !r.queued {
+							t.Errorf("process %d: a slot not booked on Redis: %+v", i, r)
+							return
+						}
 						mu.Lock()
-						arrivals = append(arrivals, after)
+						tats = append(tats, r.a)
 						mu.Unlock()
 					}
 				}()
 			}
 		}
 		wg.Wait()
-		slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
-		// 40 calls at 50/s take at least 39 intervals, less one
-		// scheduler delay for the first.
-		if span := arrivals[len(arrivals)-1].Sub(arrivals[0]); span < 39*20*ms-20*ms {
-			t.Fatalf("40 calls in %v; at 50/s they need at least %v", span, 39*20*ms)
+		// The slots, read on Redis's clock where they are decided, are one
+		// interval (20ms) apart whatever the hosts' clocks say. (Arrival
+		// times on this host would also carry the scheduler's delays.)
+		slices.Sort(tats)
+		for i := 1; i < len(tats); i++ {
+			if gap := tats[i] - tats[i-1]; gap < 20_000 {
+				t.Fatalf("slots %dµs apart on Redis's clock; at 50/s they are 20000µs apart", gap)
+			}
+		}
+		if len(tats) != 40 {
+			t.Fatalf("%d slots booked; want 40", len(tats))
 		}
 	})
 }
