@@ -42,25 +42,6 @@ import (
 	"github.com/sluicehq/sluice/queue"
 )
 
-// secBuffer is a bytes.Buffer that a child process writes while the test
-// reads it.
-type secBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *secBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *secBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // secEnv is the test's environment without sluice's own variables, so
 // that a developer's SLUICE_REDIS_URL or SLUICE_LISTEN cannot change what
 // a test runs, plus extra.
@@ -79,7 +60,7 @@ func secEnv(extra ...string) []string {
 // secWorker is a running worker process.
 type secWorker struct {
 	cmd  *exec.Cmd
-	logs *secBuffer
+	logs *syncBuffer
 	addr string // its HTTP endpoints
 	done chan struct{}
 }
@@ -90,7 +71,7 @@ type secWorker struct {
 func secStartWorker(t *testing.T, env []string, args ...string) *secWorker {
 	t.Helper()
 	bin, _ := binaries(t)
-	w := &secWorker{logs: &secBuffer{}, done: make(chan struct{})}
+	w := &secWorker{logs: &syncBuffer{}, done: make(chan struct{})}
 	hasListen := false
 	for _, a := range args {
 		hasListen = hasListen || a == "-listen"
@@ -353,7 +334,7 @@ func TestSecurityListenLoopbackByDefault(t *testing.T) {
 	policy := secPolicy(t, "listen", nil)
 	cmd := exec.Command(worker, "-policy", policy, "-redis", "redis://"+srv.Addr()+"/0", "-concurrency", "1")
 	cmd.Env = env
-	logs := &secBuffer{}
+	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
