@@ -2,21 +2,28 @@ package queue
 
 import (
 	"context"
-	"errors"
-	"strconv"
-	"sync"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
+// publishEvery is how often a dispatcher that hands jobs over makes sure
+// asynq lists the queue (asynq:queues), as asynq's Client does on its
+// first enqueue: asynqmon and the Inspector only see listed queues.
+const publishEvery = 10 * time.Second
+
 // dispatchLoop moves jobs from the waiting room into asynq until ctx ends.
 func (s *Server) dispatchLoop(ctx context.Context) {
 	failures := 0
+	var published time.Time
 	for ctx.Err() == nil {
+		if time.Since(published) > publishEvery {
+			if err := s.client.SAdd(ctx, "asynq:queues", s.cfg.Queue).Err(); err == nil {
+				published = time.Now()
+			}
+		}
 		wait, err := s.dispatchOne(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -37,7 +44,7 @@ func (s *Server) dispatchLoop(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-s.wake: // a job of this process started: room in the prefetch
+		case <-s.wake: // jobs of this process started: room in the prefetch
 			timer.Stop()
 		}
 	}
@@ -54,15 +61,16 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	if s.cfg.Throttle != nil {
 		peek = "1"
 	}
+	s.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.envelopes},
-		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek).Slice()
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.cfg.Queue, s.retention).Slice()
 	if err != nil {
 		return 0, err
 	}
 	status, _ := v[0].(int64)
 	switch status {
-	case 2: // prefetch full: the workers are busy; a start wakes us
+	case 2: // prefetch full: the workers are busy; their starts wake us
 		return s.cfg.PollInterval, nil
 	case 0: // nothing ready
 		wait := s.cfg.PollInterval
@@ -75,24 +83,14 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		env, _ := v[2].(string)
 		return 0, s.checkAndTake(ctx, enc, env)
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	errs := make(chan error, len(v))
-	for i := 2; i+1 < len(v); i += 2 {
-		enc, _ := v[i].(string)
-		env, _ := v[i+1].(string)
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := s.handOverOrPutBack(ctx, enc, env); err != nil {
-				errs <- err
-			}
-		}()
+	n, _ := v[1].(int64)
+	s.cfg.Metrics.handedOver(int(n))
+	if more, _ := v[3].(int64); more == 1 {
+		return 0, nil
 	}
-	wg.Wait()
-	close(errs)
-	return 0, <-errs
+	// The prefetch is full, or the ring has no more: the workers' starts
+	// wake us when a batch's worth of room has opened.
+	return s.cfg.PollInterval, nil
 }
 
 // checkAndTake peeks at the throttle of a job that names a downstream:
@@ -119,123 +117,25 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 			return nil
 		}
 	}
-	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{k.tenantPrefix + enc, k.handed, k.envelopes}, env, job.key(), s.cfg.now()).Int()
+	taken, err := scripts.QueueTake.Run(ctx, s.client,
+		[]string{k.tenantPrefix + enc, k.handed, k.hinfo, k.meta, k.asynqPending},
+		env, enc, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}
-	return s.handOverOrPutBack(ctx, enc, env)
-}
-
-// handOverOrPutBack hands a taken job to asynq, or puts it back where it
-// was if asynq will not have it.
-func (s *Server) handOverOrPutBack(ctx context.Context, enc, env string) error {
-	k := s.keys
-	job, err := decodeJob([]byte(env))
-	if err != nil {
-		return err
-	}
-	if err := s.handOver(ctx, job, env); err != nil {
-		if perr := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-			[]string{k.tenantPrefix + enc, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
-			job.key(), env, enc, 0, s.cfg.now(), job.Class, job.ID).Err(); perr != nil {
-			s.log.Error("sluice: job neither handed over nor put back; the recovery will put it back",
-				"job", job.ID, "err", err, "put_back_err", perr)
-		}
-		return err
-	}
-	s.cfg.Metrics.handedOver(job)
+	s.cfg.Metrics.handedOver(1)
 	return nil
 }
 
-// handOver enqueues job into asynq under the task id of this hand-over. A
-// task that exists already (a hand-over repeated after a crash) counts as
-// handed over: the task id names this enqueue of the job (its nonce) and
-// this hand-over (its moves), so no other job, not even one reusing the
-// ID, can hold it.
-func (s *Server) handOver(ctx context.Context, job *Job, env string) error {
-	retry := job.maxRetry() - job.Retried
-	if retry < 0 {
-		retry = 0
-	}
-	_, err := s.asynq.EnqueueContext(ctx, asynq.NewTask(job.Type, []byte(env)),
-		asynq.Queue(s.cfg.Queue), asynq.TaskID(job.taskID()), asynq.MaxRetry(retry),
-		asynq.Timeout(job.timeout()), asynq.Retention(s.cfg.Retention))
-	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
-		return nil
-	}
-	return err
+// Reconcile counts out of the queue's depth the handed-over jobs that
+// asynq has given to a worker since the last claim, and returns how many.
+// Dispatchers do this with every claim, and Enqueue before it refuses a
+// job, so callers rarely need it: Stats runs it so that its counts are
+// exact, and tests may.
+func (s *Server) Reconcile(ctx context.Context) (int, error) {
+	return reconcile(ctx, s.client, s.keys)
 }
 
-// recoverLoop finds jobs handed over long ago and not started, and puts
-// back those that asynq does not have (a dispatcher died between taking a
-// job and handing it over).
-func (s *Server) recoverLoop(ctx context.Context) {
-	tick := time.NewTicker(s.cfg.StaleAfter / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if n, err := s.Recover(ctx); err != nil {
-				s.log.Warn("sluice: recovering handed-over jobs", "queue", s.cfg.Queue, "err", err)
-			} else if n > 0 {
-				s.log.Info("sluice: put back jobs that asynq never got", "queue", s.cfg.Queue, "jobs", n)
-			}
-		}
-	}
-}
-
-// Recover puts back into the waiting room the jobs handed over more than
-// StaleAfter ago that asynq does not have, and forgets those asynq has
-// finished without starting. It returns how many it put back. The server
-// runs it periodically; tests and operators may call it.
-func (s *Server) Recover(ctx context.Context) (int, error) {
-	now, err := s.client.Time(ctx).Result()
-	if err != nil {
-		return 0, err
-	}
-	if s.cfg.Clock != nil {
-		now = s.cfg.Clock()
-	}
-	k := s.keys
-	cut := now.Add(-s.cfg.StaleAfter).UnixMicro()
-	stale, err := s.client.ZRangeByScore(ctx, k.handed, &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cut, 10), Count: 100}).Result()
-	if err != nil {
-		return 0, err
-	}
-	put := 0
-	for _, key := range stale {
-		env, err := s.client.HGet(ctx, k.envelopes, key).Result()
-		if errors.Is(err, redis.Nil) {
-			continue // started meanwhile
-		}
-		if err != nil {
-			return put, err
-		}
-		job, err := decodeJob([]byte(env))
-		if err != nil {
-			return put, err
-		}
-		enc, list, _ := k.tenant(job.Tenant)
-		info, err := s.inspector.GetTaskInfo(s.cfg.Queue, job.taskID())
-		switch {
-		case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
-			if err := scripts.QueueUntake.Run(ctx, s.client,
-				[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
-				job.key(), env, enc, 0, s.cfg.now(), job.Class, job.ID).Err(); err != nil {
-				return put, err
-			}
-			put++
-		case err != nil:
-			return put, err
-		case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
-			// Finished without our start (a duplicate): count it out.
-			if err := scripts.QueueStart.Run(ctx, s.client, []string{k.handed, k.envelopes, k.meta, k.tdepth, k.cdepth, k.ids},
-				job.key(), enc, job.Class, job.ID).Err(); err != nil {
-				return put, err
-			}
-		}
-	}
-	return put, nil
+func reconcile(ctx context.Context, c redis.Scripter, k keys) (int, error) {
+	return scripts.QueueReconcile.Run(ctx, c, []string{k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids}, k.asynqTask).Int()
 }

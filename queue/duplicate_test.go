@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ import (
 // may write, admission state under algs included.
 func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
 	k := p.keys
-	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.envelopes, k.ids}
+	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.hinfo, k.ids}
 	for _, tenant := range tenants {
 		enc, list, _ := k.tenant(tenant)
 		keys = append(keys, list, k.admission("none", enc))
@@ -52,9 +53,13 @@ func wantDuplicate(t *testing.T, err error, cfg Config, id string) {
 }
 
 // idCount returns how many jobs the waiting room counts under id (0 when
-// the id is not in the queue).
+// the id is not in the queue), once jobs that asynq gave to a worker have
+// been counted out.
 func idCount(t *testing.T, client redis.UniversalClient, p *Producer, id string) int64 {
 	t.Helper()
+	if _, err := reconcile(context.Background(), client, p.keys); err != nil {
+		t.Fatal(err)
+	}
 	n, err := client.HGet(context.Background(), p.keys.ids, id).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
@@ -218,7 +223,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 		empty := func() bool {
 			st, err := p.Stats(ctx)
 			td, err2 := p.TenantDepth(ctx, "a")
-			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handed, p.keys.envelopes).Result()
+			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handed, p.keys.hinfo).Result()
 			return err == nil && err2 == nil && err3 == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0 && td == 0 && n == 0
 		}
 		waitFor(t, 20*time.Second, "5 jobs to run and the queue to empty", func() bool { return rec.count() >= 5 && empty() })
@@ -359,78 +364,106 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 	})
 }
 
-// TestRecoverByJobKey: the recovery finds handed-over jobs by their key
-// (<id>@<nonce>): one that asynq lost goes back to wait, its id still
-// refused; one that asynq finished without starting it is counted out and
-// its id is free again.
-func TestRecoverByJobKey(t *testing.T) {
+// TestReconcileByTaskState: a handed-over job leaves the depth when asynq
+// has given its task to a worker, or when the task is gone or archived (an
+// operator deleted or archived it in asynqmon), oldest first: the count
+// stops at the oldest task still pending, the one asynq gives out next.
+// Enqueue counts them out before it refuses a job for a full queue or an
+// id in the queue.
+func TestReconcileByTaskState(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 100)
-		clock := &fakeClock{}
-		cfg.Clock = clock.now
+		cfg := testConfig(t, 4)
 		p, err := NewProducer(client, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		for _, id := range []string{"lost", "finished"} {
+		ids := []string{"j0", "j1", "j2", "j3"}
+		for _, id := range ids {
 			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		s, err := NewServer(client, ServerConfig{Config: cfg, StaleAfter: time.Minute})
+		s, err := NewServer(client, ServerConfig{Config: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Hand both over without a worker.
+		// Hand all four over without a worker.
 		if _, err := s.dispatchOne(ctx); err != nil {
 			t.Fatal(err)
 		}
-		envs, err := client.HGetAll(ctx, p.keys.envelopes).Result()
-		if err != nil || len(envs) != 2 {
-			t.Fatalf("handed-over envelopes %v, %v; want 2", envs, err)
+		infos, err := client.HGetAll(ctx, p.keys.hinfo).Result()
+		if err != nil || len(infos) != 4 {
+			t.Fatalf("handed-over jobs %v, %v; want 4", infos, err)
+		}
+		task := map[string]string{} // job id -> asynq task id
+		for key, info := range infos {
+			f := strings.Fields(info)
+			id, nonce, _ := strings.Cut(key, "@")
+			if len(f) != 4 || f[0] != "sluice:"+key+":0" || f[2] != id || f[3] != "default" || len(nonce) != 16 {
+				t.Fatalf("hinfo %q: %q; want <task id> <tenant> <id> <class> of key <id>@<16 hex digits>", key, info)
+			}
+			task[id] = f[0]
+		}
+		pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
+		if err != nil || !slices.Equal(pending, []string{task["j3"], task["j2"], task["j1"], task["j0"]}) {
+			t.Fatalf("asynq's pending list %q, %v; want the tasks pushed in the order of the jobs", pending, err)
+		}
+		counts := func() (depth int64, handed int64) {
+			t.Helper()
+			st, err := p.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Depth, st.HandedOver
+		}
+		setState := func(id, state string) {
+			t.Helper()
+			if err := client.HSet(ctx, p.keys.asynqTask+task[id], "state", state).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// j1 given out before j0 (which asynq never does): nothing counts
+		// out while the oldest is pending.
+		setState("j1", "active")
+		if d, h := counts(); d != 4 || h != 4 {
+			t.Fatalf("depth %d, handed over %d; want 4 and 4 while the oldest task is pending", d, h)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
+		if !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("enqueue into a full queue: %v; want ErrQueueFull", err)
+		}
+		// j0 taken by a worker, j2 archived, j3 deleted: Enqueue counts them
+		// out before it looks at the bound, and at the ids.
+		setState("j0", "active")
+		// The running dispatcher lists the queue for asynq; this test's
+		// calls to dispatchOne do not.
+		if err := client.SAdd(ctx, "asynq:queues", cfg.Queue).Err(); err != nil {
+			t.Fatal(err)
 		}
 		ins := asynq.NewInspectorFromRedisClient(client)
-		for key, env := range envs {
-			j, err := decodeJob([]byte(env))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if key != j.ID+"@"+j.Nonce || len(j.Nonce) != 16 {
-				t.Fatalf("handed-over job %s under key %q; want <id>@<16 hex digits>", j.ID, key)
-			}
-			if _, err := ins.GetTaskInfo(cfg.Queue, "sluice:"+key+":0"); err != nil {
-				t.Fatalf("asynq has no task for job %s: %v", key, err)
-			}
-			switch j.ID {
-			case "lost":
-				err = ins.DeleteTask(cfg.Queue, j.taskID())
-			case "finished":
-				err = ins.ArchiveTask(cfg.Queue, j.taskID())
-			}
-			if err != nil {
-				t.Fatal(err)
+		if err := ins.ArchiveTask(cfg.Queue, task["j2"]); err != nil {
+			t.Fatal(err)
+		}
+		if err := ins.DeleteTask(cfg.Queue, task["j3"]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(ctx, Job{ID: "j0", Tenant: "a", Type: "x"}); err != nil {
+			t.Fatalf("the id of a job asynq gave to a worker: %v; want accepted", err)
+		}
+		if d, h := counts(); d != 1 || h != 0 {
+			t.Fatalf("depth %d, handed over %d; want 1 (the new j0) and 0", d, h)
+		}
+		for _, id := range ids {
+			if n, want := idCount(t, client, p, id), int64(map[string]int{"j0": 1}[id]); n != want {
+				t.Errorf("id %s counted %d times; want %d", id, n, want)
 			}
 		}
-		clock.advance(2 * time.Minute)
-		if n, err := s.Recover(ctx); err != nil || n != 1 {
-			t.Fatalf("Recover: %d, %v; want 1 job put back", n, err)
+		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
+			t.Fatalf("tenant depth %d, %v; want 1", td, err)
 		}
-		st, err := p.Stats(ctx)
-		if err != nil || st.Depth != 1 || st.HandedOver != 0 {
-			t.Fatalf("after the recovery: %+v, %v; want the lost job waiting", st, err)
-		}
-		_, list, _ := p.keys.tenant("a")
-		if env, err := client.LIndex(ctx, list, 0).Result(); err != nil || !strings.HasPrefix(env, `{"id":"lost","nonce":"`) {
-			t.Fatalf("tenant's list head %q, %v; want the lost job", env, err)
-		}
-		_, err = p.Enqueue(ctx, Job{ID: "lost", Tenant: "a", Type: "x"})
-		wantDuplicate(t, err, cfg, "lost")
-		if _, err := p.Enqueue(ctx, Job{ID: "finished", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatalf("the id of a job asynq finished: %v; want accepted", err)
-		}
-		if idCount(t, client, p, "lost") != 1 || idCount(t, client, p, "finished") != 1 {
-			t.Fatal("want each id counted once")
+		if n, err := client.Exists(ctx, p.keys.handed, p.keys.hinfo).Result(); err != nil || n != 0 {
+			t.Fatalf("%d handed-over keys left, %v; want none", n, err)
 		}
 	})
 }
@@ -467,25 +500,24 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// The claim script finds its key without the fast path.
-		v, err := scripts.QueueClaim.Run(ctx, client, []string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.envelopes},
-			10, k.tenantPrefix, "", 32, "0").Slice()
-		if err != nil || len(v) != 4 {
-			t.Fatalf("claim: %v, %v", v, err)
+		// The claim hands it over under its bare id.
+		v, err := scripts.QueueClaim.Run(ctx, client,
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+			10, k.tenantPrefix, "", 32, "0", k.asynqTask, cfg.Queue, 3600).Slice()
+		if err != nil || len(v) != 4 || v[0] != int64(3) || v[1] != int64(1) {
+			t.Fatalf("claim: %v, %v; want one job handed over", v, err)
 		}
 		if members, err := client.ZRange(ctx, k.handed, 0, -1).Result(); err != nil || len(members) != 1 || members[0] != "old-1" {
 			t.Fatalf("handed over: %q, %v; want the bare id", members, err)
 		}
-		// Hand it back, as a failed hand-over would, and let a server run it.
-		if err := scripts.QueueUntake.Run(ctx, client, []string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
-			old.key(), env, enc, 0, "", old.Class, old.ID).Err(); err != nil {
-			t.Fatal(err)
+		if n, err := client.Exists(ctx, k.asynqTask+"sluice:old-1:0").Result(); err != nil || n != 1 {
+			t.Fatalf("asynq task sluice:old-1:0: %d, %v; want it", n, err)
 		}
 		rec := newRecorder()
 		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
 		waitFor(t, 10*time.Second, "the old job to run and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, k.ids, k.handed, k.envelopes).Result()
+			n, err2 := client.Exists(ctx, k.ids, k.handed, k.hinfo).Result()
 			return rec.count() == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
 		})
 		rec.mu.Lock()

@@ -347,7 +347,7 @@ func hostileTenants() []string {
 	long := strings.Repeat("x", MaxTenantLen-1)
 	return []string{
 		"acme", "{acme}", "acme}", "{acme", "}{", "{}", "{", "}",
-		"a:b", "a:b:", ":", "acme:{x}", "sluice:q:t:{=default}:=acme",
+		"a:b", "a:b:", ":", "acme:{x}", "sluice:q:t:{default}:=acme",
 		"new\nline", "new\r\nline", "tab\t", " acme", "acme ", "nul\x00",
 		"ünïcödé", "日本語", "🙂", "=acme", "#acme",
 		"#" + strings.Repeat("0", 64), "=" + strings.Repeat("a", 64),
@@ -363,11 +363,11 @@ func hostileQueue(prefix string) string {
 
 // checkKeyNames checks every key of the waiting room: exactly one '{' and
 // one '}', the tag being the queue's own (so that one Cluster slot holds
-// them all), and a bounded length.
+// them all, asynq's among them), and a bounded length.
 func checkKeyNames(t *testing.T, keys []string, queue string) {
 	t.Helper()
 	const maxKeyLen = 200
-	tag := "{=" + queue + "}"
+	tag := "{" + queue + "}"
 	for _, k := range keys {
 		if !strings.HasPrefix(k, DefaultPrefix+":") {
 			continue // asynq's
@@ -536,7 +536,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 					return left
 				}
 				k := p.keys
-				check := []string{k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.envelopes, k.ids}
+				check := []string{k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.hinfo, k.ids}
 				for _, tenant := range tenants {
 					_, list, _ := k.tenant(tenant)
 					check = append(check, list)

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"fmt"
+
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -8,22 +10,30 @@ import (
 // DefaultPrefix starts every key of the waiting room.
 const DefaultPrefix = "sluice:q"
 
-// keys are the waiting room's key names for one queue. All carry the
-// queue's hash tag, so that one script can touch them together on Redis
-// Cluster.
+// keys are the waiting room's key names for one queue, and the names of
+// the asynq keys its scripts write. All carry the queue's hash tag {Q},
+// which is asynq's own (asynq:{Q}:...), so that one script can take a job
+// out of the waiting room and hand it to asynq in one atomic step, on
+// Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
+// tag is the name as it is.
 type keys struct {
-	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, envelopes, ids string
-	tenantPrefix, admPrefix                                                            string
+	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, hinfo, ids string
+	tenantPrefix, admPrefix                                                        string
+	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
+	asynqPending, asynqTask string
+	// legacyMeta and legacyHanded are keys of the layout before the tag
+	// was asynq's ({=Q}); a waiting room there is refused at start.
+	legacyMeta, legacyHanded string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
-	k := func(kind string) string {
-		s, _ := keyspace.Key(prefix, kind, queue)
-		return s
+	if !validName(queue, 64, "_.-") {
+		return keys{}, fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", queue)
 	}
-	if _, err := keyspace.Encode(queue); err != nil {
-		return keys{}, err
-	}
+	tag := ":{" + queue + "}"
+	k := func(kind string) string { return prefix + ":" + kind + tag }
+	legacyMeta, _ := keyspace.Key(prefix, "meta", queue)
+	legacyHanded, _ := keyspace.Key(prefix, "handed", queue)
 	return keys{
 		meta:         k("meta"),
 		tdepth:       k("tdepth"),
@@ -34,10 +44,14 @@ func newKeys(prefix, queue string) (keys, error) {
 		turns:        k("turns"),
 		sleep:        k("sleep"),
 		handed:       k("handed"),
-		envelopes:    k("envelopes"),
+		hinfo:        k("hinfo"),
 		ids:          k("ids"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
+		asynqPending: "asynq:{" + queue + "}:pending",
+		asynqTask:    "asynq:{" + queue + "}:t:",
+		legacyMeta:   legacyMeta,
+		legacyHanded: legacyHanded,
 	}, nil
 }
 

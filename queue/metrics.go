@@ -57,9 +57,9 @@ func NewMetrics(reg prometheus.Registerer, queue string) *Metrics {
 	return m
 }
 
-func (m *Metrics) handedOver(*Job) {
+func (m *Metrics) handedOver(n int) {
 	if m != nil {
-		m.handed.Inc()
+		m.handed.Add(float64(n))
 	}
 }
 

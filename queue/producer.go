@@ -194,9 +194,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	k := p.keys
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
+		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.handed, k.hinfo},
 		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID, k.asynqTask).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -248,6 +248,11 @@ func (p *Producer) Stats(ctx context.Context) (Stats, error) {
 }
 
 func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, error) {
+	// Jobs that asynq gave to workers since the last claim leave the
+	// counts first.
+	if _, err := reconcile(ctx, c, k); err != nil {
+		return Stats{}, err
+	}
 	pipe := c.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
 	handed := pipe.ZCard(ctx, k.handed)
@@ -271,6 +276,9 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	enc, _, err := p.keys.tenant(tenant)
 	if err != nil {
+		return 0, err
+	}
+	if _, err := reconcile(ctx, p.client, p.keys); err != nil {
 		return 0, err
 	}
 	n, err := p.client.HGet(ctx, p.keys.tdepth, enc).Int64()

@@ -36,14 +36,14 @@ var scaleTenants = flag.Int("scale.tenants", 10000, "tenants in TestManyTenants 
 // lives at most 2 s after a tenant's last job.
 var scalePolicy = algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1, Period: 2 * time.Second}
 
-// scaleQueue is the queue's name; its hash tag is {=scale}.
+// scaleQueue is the queue's name; its hash tag is {scale}, asynq's.
 const scaleQueue = "scale"
 
 // keyClass sorts a key into what it belongs to, and says whether it may
 // live without a TTL.
 func keyClass(k string) (class string, permanent bool) {
 	const room = "sluice:q:"
-	tag := ":{=" + scaleQueue + "}"
+	tag := ":{" + scaleQueue + "}"
 	switch {
 	case strings.HasPrefix(k, room+"adm"+tag+":"):
 		return "admission state", false
@@ -55,7 +55,7 @@ func keyClass(k string) (class string, permanent bool) {
 		return "tenant lists", true
 	case strings.HasPrefix(k, room) && strings.HasSuffix(k, tag):
 		// meta (the depth counter) stays; the others (tdepth, cdepth,
-		// ring, members, weights, turns, sleep, handed, envelopes, ids)
+		// ring, members, weights, turns, sleep, handed, hinfo, ids)
 		// hold one entry per tenant or job present and vanish when empty.
 		return "waiting room structures", true
 	case strings.HasPrefix(k, "asynq:{"+scaleQueue+"}:t:"):
@@ -344,7 +344,7 @@ func TestManyTenants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"sluice:q:t:{=" + scaleQueue + "}:" + enc, "sluice:q:adm:{=" + scaleQueue + "}:token_bucket:v2:" + enc} {
+		for _, k := range []string{"sluice:q:t:{" + scaleQueue + "}:" + enc, "sluice:q:adm:{" + scaleQueue + "}:token_bucket:v2:" + enc} {
 			if b, err := c.MemoryUsage(ctx, k, 0).Result(); err == nil {
 				t.Logf("MEMORY USAGE %s (tenant %q): %d B", k, scaleTenant(i), b)
 			}

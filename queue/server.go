@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -44,15 +46,14 @@ type ServerConfig struct {
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
-	// Retention keeps completed asynq tasks this long, so that a hand-over
-	// repeated after a crash is recognised; default 1 hour.
+	// Retention keeps completed asynq tasks this long, with their
+	// results (such as "throttled: back in sluice's waiting room"), for
+	// asynqmon and the Inspector; default 1 hour. asynq counts it in
+	// whole seconds.
 	Retention time.Duration
 	// PollInterval is how often an idle dispatcher looks for work;
 	// default 50ms.
 	PollInterval time.Duration
-	// StaleAfter is how long a job may sit handed over before the
-	// dispatcher checks that asynq has it; default 5 minutes.
-	StaleAfter time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 	// Metrics; nil for none.
@@ -65,14 +66,16 @@ type Server struct {
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
+	retention string // cfg.Retention in asynq's whole seconds
 	srv       *asynq.Server
-	asynq     *asynq.Client
-	inspector *asynq.Inspector
 	log       *slog.Logger
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	wake      chan struct{}  // a job started: the prefetch has room
-	starts    *startRecorder // records the jobs' starts, group-committed
+	// wake tells the dispatcher that wakeAfter jobs of this process have
+	// left asynq's pending list since its last claim (startedHere).
+	wake        chan struct{}
+	startedHere atomic.Int64
+	wakeAfter   int64
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -108,13 +111,12 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
 	}
-	if cfg.StaleAfter == 0 {
-		cfg.StaleAfter = 5 * time.Minute
-	}
 	if cfg.Downstreams == nil {
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
-	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1)}
+	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
+		wakeAfter: int64(max(1, min(cfg.Prefetch, cfg.Concurrency)/2)),
+		retention: strconv.FormatInt(int64(cfg.Retention.Seconds()), 10)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -132,33 +134,45 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 		TaskCheckInterval: cfg.PollInterval,
 		IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
 	})
-	s.asynq = asynq.NewClientFromRedisClient(client)
-	s.inspector = asynq.NewInspectorFromRedisClient(client)
 	return s, nil
 }
 
-// Start starts processing with h and returns; Shutdown stops.
+// Start starts processing with h and returns; Shutdown stops. It refuses
+// to start while jobs wait in the key layout of an earlier version of
+// sluice (see docs/queue.md, Upgrading).
 func (s *Server) Start(h Handler) error {
-	// The recorder of the jobs' starts runs before the first job can
-	// start; a Start that fails (a second one) leaves the first alone.
-	fresh := s.starts == nil
-	if fresh {
-		s.runRecorder()
+	if err := s.checkLegacy(context.Background()); err != nil {
+		return err
 	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return s.process(ctx, t, h)
 	})); err != nil {
-		if fresh {
-			s.stopRecorder()
-		}
 		return fmt.Errorf("sluice: starting asynq: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.wg.Add(3)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()
-	go func() { defer s.wg.Done(); s.recoverLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
+	return nil
+}
+
+// checkLegacy refuses a queue whose waiting room holds jobs under the key
+// layout before the queue's keys took asynq's hash tag ({=Q} instead of
+// {Q}): this version would never drain them.
+func (s *Server) checkLegacy(ctx context.Context) error {
+	pipe := s.client.Pipeline()
+	depth := pipe.HGet(ctx, s.keys.legacyMeta, "depth")
+	handed := pipe.ZCard(ctx, s.keys.legacyHanded)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("sluice: queue %q: looking for an earlier key layout: %w", s.cfg.Queue, err)
+	}
+	d, _ := depth.Int64()
+	if waiting := d - handed.Val(); waiting > 0 {
+		return fmt.Errorf("sluice: queue %q: %d jobs wait in the key layout of an earlier sluice version (%s); "+
+			"drain them with that version's workers before starting this one (docs/queue.md, Upgrading)",
+			s.cfg.Queue, waiting, s.keys.legacyMeta)
+	}
 	return nil
 }
 
@@ -171,9 +185,6 @@ func (s *Server) Shutdown() {
 	}
 	s.wg.Wait()
 	s.srv.Shutdown()
-	// Jobs start until asynq's server has stopped: only then may the
-	// recorder of their starts go.
-	s.stopRecorder()
 }
 
 // Run starts the server and blocks until ctx is done, then shuts down.
@@ -214,13 +225,16 @@ func ThrottleKey(job *Job, perTenant bool) string {
 
 // process runs one asynq task: throttle, start, handler.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+	n, _ := asynq.GetRetryCount(ctx)
+	first := n == 0 // the first run of this hand-over
+	if first {
+		s.left()
+	}
 	job, err := decodeJob(t.Payload())
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	if n, ok := asynq.GetRetryCount(ctx); ok {
-		job.Retried += n
-	}
+	job.Retried += n
 	enc, _, err := s.keys.tenant(job.Tenant)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
@@ -243,8 +257,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			}
 			defer lease.Release(context.WithoutCancel(ctx))
 		}
-		// Reserve the slot, count the job started while the slot comes
-		// near (hiding that round trip from the call's timing), then wait.
+		// Reserve the slot, then wait for it.
 		for {
 			r, err := s.cfg.Throttle.Reserve(ctx, key, d.Limit, job.cost())
 			if err != nil {
@@ -256,10 +269,6 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				s.cfg.Metrics.throttled(d.Limit.Name)
 				return s.putBack(ctx, t, job, enc, r.RetryAfter, "throttled")
 			}
-			if _, err := s.markStarted(ctx, job, enc); err != nil {
-				s.cfg.Throttle.Cancel(context.WithoutCancel(ctx), r)
-				return err
-			}
 			ok, err := s.cfg.Throttle.Await(ctx, r)
 			if err != nil {
 				return fmt.Errorf("%w: %v", errNotFailure, err)
@@ -269,8 +278,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			}
 			// A pause announced while we slept covers the slot: book again.
 		}
-	} else if _, err := s.markStarted(ctx, job, enc); err != nil {
-		return err
+	}
+	if first {
+		s.cfg.Metrics.started(job)
 	}
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
@@ -286,6 +296,18 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	return err
 }
 
+// left counts a job of this process that has left asynq's pending list,
+// and wakes the dispatcher when wakeAfter have since its last claim: the
+// prefetch has room for a batch.
+func (s *Server) left() {
+	if s.startedHere.Add(1) >= s.wakeAfter {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
@@ -297,7 +319,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handed, k.envelopes, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+		[]string{list, k.handed, k.hinfo, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
 		job.key(), env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class, job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.

@@ -529,15 +529,17 @@ func TestClusterMasterRestart(t *testing.T) {
 	f.start()
 	f.start()
 
-	meta, _ := keyspace.Key(queue.DefaultPrefix, "meta", queueName)
+	meta := queue.DefaultPrefix + ":meta:{" + queueName + "}"
 	i := nodeOf(t, c, rdb, meta)
-	j := nodeOf(t, c, rdb, "asynq:{"+queueName+"}:pending")
+	if j := nodeOf(t, c, rdb, "asynq:{"+queueName+"}:pending"); j != i {
+		t.Fatalf("the waiting room is on master %d, asynq's queue on master %d; want one slot", i, j)
+	}
 	node := c.Node(i)
 	nc := node.Client(t)
 	if err := nc.ConfigSet(context.Background(), "save", "3600 1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the waiting room is on master %d (%s), asynq's queue on master %d", i, node.Addr(), j)
+	t.Logf("the waiting room and asynq's queue are on master %d (%s)", i, node.Addr())
 
 	n := pick(150, 400)
 	ids := f.enqueueJobs(a.jobs("m", n, tenants4))

@@ -536,8 +536,9 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 			}
 		}
 	}
-	envelopes, _ := keyspace.Key(queue.DefaultPrefix, "envelopes", queueName)
-	handed, err := rdb.HKeys(ctx, envelopes).Result()
+	// The waiting room's keys carry asynq's hash tag, {<queue>}.
+	tag := "{" + queueName + "}"
+	handed, err := rdb.HKeys(ctx, queue.DefaultPrefix+":hinfo:"+tag).Result()
 	if err != nil {
 		return nil, err
 	}
@@ -547,7 +548,7 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 			where[id] = "handed"
 		}
 	}
-	prefix, _ := keyspace.Key(queue.DefaultPrefix, "t", queueName)
+	prefix := queue.DefaultPrefix + ":t:" + tag
 	for _, tenant := range tenants {
 		enc, _ := keyspace.Encode(tenant)
 		envs, err := rdb.LRange(ctx, prefix+":"+enc, 0, -1).Result()
@@ -582,8 +583,8 @@ func summarize(where map[string]string, ids []string) map[string]int {
 // heldByAsynq reports whether a job at place s will run again without
 // anyone's help: asynq has it pending, scheduled, in its retry set, or
 // active (held by a live worker, or by a dead one whose lease asynq's
-// recoverer will reclaim), or sluice's dispatcher recovery will put it
-// back ("handed").
+// recoverer will reclaim), or handed over and not yet counted out of the
+// waiting room ("handed": its task is in asynq too).
 func heldByAsynq(s string) bool {
 	return strings.HasPrefix(s, "asynq:") && !strings.HasPrefix(s, "asynq:archived") || s == "handed"
 }
@@ -591,8 +592,7 @@ func heldByAsynq(s string) bool {
 // settle waits until every job of ids has had a 2xx from the downstream
 // or, outside the long form, until the jobs that have not are all held in
 // Redis in a state from which they will run again by themselves (asynq's
-// retry backoff, the lease of a killed worker, sluice's recovery of
-// handed-over jobs) and the live fleet has nothing else left to do: the
+// retry backoff, the lease of a killed worker) and the live fleet has nothing else left to do: the
 // same jobs missing for 3 seconds. In the long form it waits for every
 // job. It returns the jobs still missing and their places.
 func settle(t *testing.T, a *api, rdb redis.UniversalClient, ids, tenants []string, within time.Duration) ([]string, map[string]int) {

@@ -5,32 +5,45 @@
 -- in the queue (waiting, or handed to asynq and not started) is refused
 -- first, writing nothing: the same check and the same step, so that of
 -- concurrent producers sending one id exactly one gets in.
--- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
--- this file. Every key carries the queue's hash tag.
+-- Composed as prelude.lua + queue_handover.lua + an algorithm's admit() (or
+-- no_admission.lua) + this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs waiting or handed to asynq but not
 --          started), 2 per-tenant depth hash, 3 ring of tenants with work,
 --          4 set of tenants in the ring or asleep, 5 weights hash,
 --          6 the tenant's list, 7 the tenant's admission state, 8 per-class
 --          depth hash (for metrics), 9 ids hash (job id -> how many jobs of
---          that id are in the queue)
+--          that id are in the queue), 10 handed-over jobs, 11 their hinfo
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's envelope,
 --          6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class, 15 the job's id
+--          now or ""), 14 the tenant's metrics class, 15 the job's id,
+--          16 asynq's task key prefix
 -- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
 --          {1, depth, bound, 0, 0} queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
 --          {4, 0, 0, 0, 0} a job of that id is in the queue
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
-local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
-if depth >= bound then return {1, depth, bound, 0, 0} end
-if tbound > 0 then
-  local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
-  if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+-- refusal() is the reason to refuse the job, if any.
+local function refusal()
+  if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
+  local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
+  if depth >= bound then return {1, depth, bound, 0, 0} end
+  if tbound > 0 then
+    local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
+    if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+  end
+  return nil
 end
+if refusal() then
+  local H = {handed = KEYS[10], hinfo = KEYS[11], meta = KEYS[1], tdepth = KEYS[2], cdepth = KEYS[8],
+    ids = KEYS[9], taskprefix = ARGV[16]}
+  reconcile(H, 100000)
+  local r = refusal()
+  if r then return r end
+end
+local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
 local now, pad = clock(ARGV[13])
 local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)

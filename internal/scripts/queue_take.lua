@@ -1,17 +1,18 @@
--- Take a tenant's oldest job out of the waiting room to hand it to asynq,
--- if it is still the job the dispatcher claimed. The job stays counted in
--- the queue's depth until its handler starts (queue_start.lua), and is
--- remembered as handed over, so that a dispatcher that dies before asynq
--- has it does not lose it (queue_untake.lua puts it back).
--- KEYS     1 the tenant's list, 2 handed-over jobs (sorted set: job id by
---          hand-over time, µs), 3 handed-over envelopes (hash by job key)
--- ARGV     1 the claimed envelope, 2 the job key (<id>@<nonce>, or the id
---          for envelopes without a nonce), 3 now in µs or "" for TIME
--- Uses     prelude.lua (int, clock)
+-- Take a tenant's oldest job out of the waiting room and hand it to asynq
+-- (queue_handover.lua), if it is still the job the dispatcher claimed. The
+-- job stays counted in the queue's depth until asynq gives it to a worker.
+-- KEYS     1 the tenant's list, 2 handed-over jobs, 3 their hinfo, 4 meta
+--          hash, 5 asynq's pending list
+-- ARGV     1 the claimed envelope, 2 the tenant (encoded), 3 now in µs or
+--          "" for TIME, 4 asynq's task key prefix, 5 the queue's name,
+--          6 asynq's Retention (s)
+-- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  1 taken, 0 the head changed (another dispatcher took it)
+local H = {handed = KEYS[2], hinfo = KEYS[3], meta = KEYS[4], pending = KEYS[5],
+  taskprefix = ARGV[4], queue = ARGV[5], retention = tonumber(ARGV[6])}
 local now = clock(ARGV[3])
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
-redis.call('ZADD', KEYS[2], int(now), ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[1])
+hand_over(H, ARGV[1], ARGV[2], now)
+flush(H)
 return 1

@@ -1,12 +1,13 @@
--- Put a job back at the head of its tenant's list: asynq never got it (the
--- hand-over failed, or the dispatcher died), its handler was throttled
--- before it started, or it ran and must run again later without spending a
--- retry (a 429). A job that had started (it is no longer among the
--- handed-over) is counted in the depth again, and its id is in the queue
--- again (another job of that id enqueued meanwhile keeps its own count).
+-- Put a job back at the head of its tenant's list: its handler was
+-- throttled before it started, or it ran and must run again later without
+-- spending a retry (a 429). A job still among the handed-over (asynq gave
+-- it to a worker, and no reconcile has counted it out yet) only leaves
+-- them; one counted out is counted in the depth again, and its id is in
+-- the queue again (another job of that id enqueued meanwhile keeps its
+-- own count).
 -- Optionally the tenant sleeps until a time.
 -- KEYS     1 the tenant's list, 2 handed-over jobs, 3 handed-over
---          envelopes, 4 ring, 5 set of tenants in the ring or asleep,
+--          jobs' hinfo, 4 ring, 5 set of tenants in the ring or asleep,
 --          6 sleeping tenants, 7 meta hash, 8 per-tenant depth hash,
 --          9 per-class depth hash, 10 ids hash
 -- ARGV     1 job key (<id>@<nonce>, or the id for envelopes without a

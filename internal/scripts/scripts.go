@@ -101,8 +101,10 @@ var (
 	queueUntakeSrc string
 	//go:embed queue_sleep.lua
 	queueSleepSrc string
-	//go:embed queue_start.lua
-	queueStartSrc string
+	//go:embed queue_reconcile.lua
+	queueReconcileSrc string
+	//go:embed queue_handover.lua
+	queueHandoverSrc string
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -113,18 +115,18 @@ func QueueEnqueue(alg string) *redis.Script {
 }
 
 var queueEnqueue = func() map[string]*redis.Script {
-	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + noAdmissionSrc + queueEnqueueSrc)}
+	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + queueHandoverSrc + noAdmissionSrc + queueEnqueueSrc)}
 	for name, fn := range AdmitFunctions {
-		m[name] = redis.NewScript(preludeSrc + fn + queueEnqueueSrc)
+		m[name] = redis.NewScript(preludeSrc + queueHandoverSrc + fn + queueEnqueueSrc)
 	}
 	return m
 }()
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim  = redis.NewScript(preludeSrc + queueClaimSrc)
-	QueueTake   = redis.NewScript(preludeSrc + queueTakeSrc)
-	QueueUntake = redis.NewScript(preludeSrc + queueUntakeSrc)
-	QueueSleep  = redis.NewScript(preludeSrc + queueSleepSrc)
-	QueueStart  = redis.NewScript(queueStartSrc)
+	QueueClaim     = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
+	QueueTake      = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
+	QueueReconcile = redis.NewScript(preludeSrc + queueHandoverSrc + queueReconcileSrc)
+	QueueUntake    = redis.NewScript(preludeSrc + queueUntakeSrc)
+	QueueSleep     = redis.NewScript(preludeSrc + queueSleepSrc)
 )

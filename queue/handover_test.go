@@ -1,0 +1,256 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/scripts"
+)
+
+// TestHandOverWritesWhatAsynqWrites: a job handed over by the waiting
+// room's scripts is stored exactly as asynq's own Client.Enqueue stores
+// the same task (the TaskMessage's bytes, its state, its place in the
+// pending list), for jobs that use every field the hand-over sets: the
+// defaults, no retries, retries used up, timeouts under a second and of
+// hours, later hand-overs, payloads whose lengths take one to three
+// bytes to write. A change of asynq's storage fails here first.
+func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
+	jobs := []Job{
+		{ID: "defaults", Tenant: "a", Type: "x"},
+		{ID: "no-retry", Tenant: "a", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)},
+		{ID: "retried", Tenant: "tenant with spaces", Type: "y", MaxRetry: 3, Retried: 5, Moves: 2},
+		{ID: "part-retried", Tenant: "a", Type: "y", MaxRetry: 10, Retried: 4, Moves: 130},
+		{ID: "short", Tenant: "a", Type: "z", Timeout: 500 * time.Millisecond, Payload: bytes.Repeat([]byte("p"), 200)},
+		{ID: "long", Tenant: "a", Type: "z", Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)},
+		{ID: "nine-s", Tenant: "a", Type: "z", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3},
+	}
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := p.keys
+		ac := asynq.NewClientFromRedisClient(client)
+		defer ac.Close()
+		for i, job := range jobs {
+			for _, retention := range []time.Duration{0, time.Hour} {
+				job.Nonce = fmt.Sprintf("%016x", i)
+				job.EnqueuedAt = time.Now().UTC()
+				job.Class = "default"
+				env, err := job.encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				enc, list, _ := k.tenant(job.Tenant)
+				if err := client.RPush(ctx, list, env).Err(); err != nil {
+					t.Fatal(err)
+				}
+				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handed, k.hinfo, k.meta, k.asynqPending},
+					env, enc, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
+				if err != nil || taken != 1 {
+					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
+				}
+				task := "sluice:" + job.key() + ":" + fmt.Sprint(job.Moves)
+				ours := takeTask(t, client, k, task)
+
+				retry := job.maxRetry() - job.Retried
+				if retry < 0 {
+					retry = 0
+				}
+				opts := []asynq.Option{asynq.Queue(cfg.Queue), asynq.TaskID(task), asynq.MaxRetry(retry), asynq.Timeout(job.timeout())}
+				if retention > 0 {
+					opts = append(opts, asynq.Retention(retention))
+				}
+				if _, err := ac.EnqueueContext(ctx, asynq.NewTask(job.Type, []byte(env)), opts...); err != nil {
+					t.Fatal(err)
+				}
+				theirs := takeTask(t, client, k, task)
+				if !bytes.Equal([]byte(ours["msg"]), []byte(theirs["msg"])) {
+					t.Errorf("job %s, retention %v: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, ours["msg"], theirs["msg"])
+				}
+				if ours["state"] != "pending" || theirs["state"] != "pending" || len(ours) != 3 || len(theirs) != 3 {
+					t.Errorf("job %s: task hash %v; asynq's Client writes %v", job.ID, ours, theirs)
+				}
+				if ours["pending_since"] == "" || len(ours["pending_since"]) != len(theirs["pending_since"]) {
+					t.Errorf("job %s: pending_since %q; asynq's Client writes %q", job.ID, ours["pending_since"], theirs["pending_since"])
+				}
+			}
+		}
+	})
+}
+
+// takeTask returns the hash of asynq task id and deletes it, checking that
+// it is the only task in the queue's pending list.
+func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	h, err := client.HGetAll(ctx, k.asynqTask+id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := client.LRange(ctx, k.asynqPending, 0, -1).Result()
+	if err != nil || len(pending) != 1 || pending[0] != id {
+		t.Fatalf("pending list %q, %v; want [%s]", pending, err, id)
+	}
+	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending, k.handed, k.hinfo).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// claimHook counts the queue_claim calls a client makes.
+type claimHook struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (h *claimHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *claimHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *claimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); len(a) > 1 && a[1] == scripts.QueueClaim.Hash() && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+			h.mu.Lock()
+			h.calls++
+			h.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (h *claimHook) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls
+}
+
+// TestClaimsHandOverBatches: a server with 10 workers drains 600 jobs of 3
+// tenants. Its dispatcher claims when a batch's worth of its jobs have
+// started, not at every start, and hands a claim's jobs to asynq in the
+// same call: far fewer claims than jobs, and no other call per job than
+// asynq's own. Every job runs once, and the counts end at zero.
+func TestClaimsHandOverBatches(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		const n = 600
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		for i := 0; i < n; i++ {
+			r, err := p.Enqueue(context.Background(), Job{Tenant: fmt.Sprintf("t%d", i%3), Type: "noop"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[r.ID] = true
+		}
+		hook := &claimHook{}
+		client.AddHook(hook)
+		reg := prometheus.NewRegistry()
+		m := NewMetrics(reg, cfg.Queue)
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 10, Metrics: m}, rec)
+		waitFor(t, 30*time.Second, "600 jobs to run", func() bool { return rec.count() >= n })
+		waitFor(t, 5*time.Second, "depth 0", func() bool {
+			st, err := p.Stats(context.Background())
+			return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
+		})
+		rec.mu.Lock()
+		for id := range ids {
+			if rec.runs[id] != 1 {
+				t.Errorf("job %s ran %d times", id, rec.runs[id])
+			}
+		}
+		rec.mu.Unlock()
+		calls := hook.count()
+		t.Logf("%d jobs in %d claims (%.1f a claim)", n, calls, float64(n)/float64(calls))
+		// Claims come every 5 starts (half the concurrency), or when the
+		// poll interval has passed with fewer.
+		if calls > n/2 {
+			t.Errorf("%d claims for %d jobs; want them batched", calls, n)
+		}
+		for name, want := range map[string]float64{"sluice_queue_started_total": n, "sluice_queue_handed_over_total": n} {
+			if got := counterValue(t, reg, name); got != want {
+				t.Errorf("%s %v; want %v", name, got, want)
+			}
+		}
+	})
+}
+
+// counterValue returns the value of the counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
+// TestEarlierKeyLayoutRefused: jobs waiting under the key layout before
+// the queue's keys took asynq's hash tag would never be drained: Start
+// refuses, naming the queue, the count and the key. Jobs of that layout
+// handed to asynq already run all the same, so they are not counted.
+func TestEarlierKeyLayoutRefused(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		s, err := NewServer(client, ServerConfig{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := "sluice:q:meta:{=" + cfg.Queue + "}"
+		handed := "sluice:q:handed:{=" + cfg.Queue + "}"
+		if s.keys.legacyMeta != meta || s.keys.legacyHanded != handed || s.keys.meta != "sluice:q:meta:{"+cfg.Queue+"}" {
+			t.Fatalf("keys %q %q %q", s.keys.legacyMeta, s.keys.legacyHanded, s.keys.meta)
+		}
+		if err := client.HSet(ctx, meta, "depth", 2).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ZAdd(ctx, handed, redis.Z{Score: 1, Member: "a@1"}, redis.Z{Score: 2, Member: "b@2"}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.checkLegacy(ctx); err != nil {
+			t.Fatalf("two jobs of the earlier layout, both handed to asynq: %v; want no refusal", err)
+		}
+		if err := client.HSet(ctx, meta, "depth", 5).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Start(HandlerFunc(func(context.Context, *Job) error { return nil }))
+		if err == nil {
+			s.Shutdown()
+			t.Fatal("Start with 3 jobs waiting in the earlier layout: no error")
+		}
+		for _, want := range []string{cfg.Queue, "3 jobs", meta} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		if errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	})
+}
