@@ -48,8 +48,9 @@ type ServerConfig struct {
 	ShutdownTimeout time.Duration
 	// Retention keeps completed asynq tasks this long, with their
 	// results (such as "throttled: back in sluice's waiting room"), for
-	// asynqmon and the Inspector; default 1 hour. asynq counts it in
-	// whole seconds.
+	// asynqmon and the Inspector. asynq counts it in whole seconds. The
+	// default, 0, deletes a task when it completes, as asynq does; a
+	// retained task costs Redis memory and a little work at completion.
 	Retention time.Duration
 	// PollInterval is how often an idle dispatcher looks for work;
 	// default 50ms.
@@ -100,13 +101,13 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
 	}
 	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 2 * cfg.Concurrency
+		cfg.Prefetch = 3 * cfg.Concurrency
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = time.Hour
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
@@ -115,7 +116,7 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
 	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		wakeAfter: int64(max(1, min(cfg.Prefetch, cfg.Concurrency)/2)),
+		wakeAfter: int64(max(1, min(cfg.Prefetch, cfg.Concurrency))),
 		retention: strconv.FormatInt(int64(cfg.Retention.Seconds()), 10)}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -22,8 +22,9 @@ const (
 	DefaultPrefetch = 64
 	// DefaultMaxPayload is queue.max_payload's default: 1 MiB.
 	DefaultMaxPayload = 1 << 20
-	// DefaultRetention is queue.retention's default.
-	DefaultRetention = time.Hour
+	// DefaultRetention is queue.retention's default: completed jobs are
+	// not kept, as asynq's own default.
+	DefaultRetention = 0
 	// DefaultPer is a downstream's default per.
 	DefaultPer = time.Second
 	// DefaultBurst is a downstream's default burst: calls evenly spaced.
@@ -56,11 +57,9 @@ const (
 	MaxPrefetch = 1_000_000
 	// MaxPayloadLimit is the largest queue.max_payload: 64 MiB.
 	MaxPayloadLimit = 64 << 20
-	// MinRetention is the shortest queue.retention: longer than the
-	// dispatcher's check of stale hand-overs can take (5 to 7.5 minutes
-	// after the hand-over), so that a completed job is still known when
-	// it runs.
-	MinRetention = 10 * time.Minute
+	// MinRetention is the shortest queue.retention: 0, completed jobs
+	// deleted at once (asynq's default).
+	MinRetention = 0
 	// MaxRetention is the longest queue.retention: 30 days.
 	MaxRetention = 30 * 24 * time.Hour
 	// MaxConcurrency is the largest downstream concurrency.
@@ -98,8 +97,8 @@ type Queue struct {
 	Prefetch int
 	// MaxPayload is the largest job payload, in bytes.
 	MaxPayload int64
-	// Retention is how long asynq keeps a completed job (the
-	// queue.ServerConfig.Retention of every worker).
+	// Retention is how long asynq keeps a completed job, for asynqmon
+	// (the queue.ServerConfig.Retention of every worker); 0: not kept.
 	Retention time.Duration
 }
 

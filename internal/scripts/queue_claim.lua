@@ -46,13 +46,15 @@ end
 local n, empties, more = 0, 0, 0
 local weights = {}
 while n < room and empties < 32 do
-  local tenant = redis.call('LINDEX', KEYS[1], 0)
+  -- The head tenant takes its turn: rotated to the tail at once, and back
+  -- to the head if its weight gives it more turns.
+  local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
   if not tenant then break end
   local list = ARGV[2] .. tenant
   local head = redis.call('LPOP', list)
   if not head then
     empties = empties + 1
-    redis.call('LPOP', KEYS[1])
+    redis.call('RPOP', KEYS[1])
     redis.call('SREM', KEYS[3], tenant)
     redis.call('HDEL', KEYS[4], tenant)
     redis.call('HDEL', KEYS[5], tenant)
@@ -62,6 +64,7 @@ while n < room and empties < 32 do
     local check = peek and string.find(head, '"downstream":"', 1, true)
     if check then redis.call('LPUSH', list, head) end
     if check and n > 0 then
+      redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
       more = 1
       break
     end
@@ -70,9 +73,12 @@ while n < room and empties < 32 do
       weight = tonumber(redis.call('HGET', KEYS[4], tenant) or '1')
       weights[tenant] = weight
     end
-    if weight <= 1 or redis.call('HINCRBY', KEYS[5], tenant, 1) >= weight then
-      if weight > 1 then redis.call('HDEL', KEYS[5], tenant) end
-      redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
+    if weight > 1 then
+      if redis.call('HINCRBY', KEYS[5], tenant, 1) < weight then
+        redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
+      else
+        redis.call('HDEL', KEYS[5], tenant)
+      end
     end
     if check then return {1, tenant, head, started} end
     hand_over(H, head, tenant, now)

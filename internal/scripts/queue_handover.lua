@@ -71,9 +71,9 @@ local function hand_over(H, env, enc, now)
     H.retain = pb_uint(12, H.retention)
   end
   H.seq = math.max(H.seq + 1, now)
+  -- The task id is new: the nonce is random for each enqueue, and moves
+  -- counts the job's hand-overs.
   local task = 'sluice:' .. key .. ':' .. int(tonumber(j.moves) or 0)
-  -- A task of that id exists only if a nonce repeated: never reuse it.
-  if redis.call('EXISTS', H.taskprefix .. task) == 1 then task = task .. ':' .. int(H.seq) end
   local typ = H.types[j.type]
   if not typ then
     typ = pb_bytes(1, j.type)
@@ -134,7 +134,14 @@ local function reconcile(H, most)
     if out == 0 then break end
     redis.call('ZREMRANGEBYRANK', H.handed, 0, out - 1)
     redis.call('HDEL', H.hinfo, unpack(batch, 1, out))
-    for _, id in ipairs(ids) do add(H.ids, id, -1) end
+    -- An id is almost always counted once: delete those in one call.
+    if #ids > 0 then
+      local counts, gone = redis.call('HMGET', H.ids, unpack(ids)), {}
+      for i, id in ipairs(ids) do
+        if tonumber(counts[i] or '0') <= 1 then gone[#gone + 1] = id else add(H.ids, id, -1) end
+      end
+      if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
+    end
     for enc, c in pairs(tenants) do add(H.tdepth, enc, -c) end
     for class, c in pairs(classes) do add(H.cdepth, class, -c) end
     n = n + out

@@ -1,0 +1,116 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/scripts"
+)
+
+// BenchmarkClaimScript measures the claim script in the steady state of a
+// busy worker: each claim first counts out the batch before it (asynq gave
+// those to workers) and hands over a batch of jobs from tenants tenants. It
+// reports redis-server's own time per job handed over (INFO commandstats),
+// beside that of asynq's enqueue script per task, measured on the same
+// server: the cost of moving a job from the waiting room into asynq against
+// the cost of putting it there with asynq's Client.
+func BenchmarkClaimScript(b *testing.B) {
+	for _, tenants := range []int{1, 1000} {
+		for _, batch := range []int{5, 10, 32} {
+			b.Run(fmt.Sprintf("tenants=%d/batch=%d", tenants, batch), func(b *testing.B) {
+				benchClaim(b, tenants, batch)
+			})
+		}
+	}
+}
+
+func benchClaim(b *testing.B, tenants, batch int) {
+	ctx := context.Background()
+	client := redistest.Shared(b)
+	cfg := Config{Queue: "bench-claim", Bound: 1 << 40}
+	p, err := NewProducer(client, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	k := p.keys
+	claim := func() []any {
+		v, err := scripts.QueueClaim.Run(ctx, client,
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, cfg.Queue, 0).Slice()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	// dequeue plays asynq's worker: it takes the pending tasks and marks
+	// them active.
+	dequeue := func() {
+		ids, err := client.LPopCount(ctx, k.asynqPending, 1000).Result()
+		if err != nil && err != redis.Nil {
+			b.Fatal(err)
+		}
+		pipe := client.Pipeline()
+		for _, id := range ids {
+			pipe.HSet(ctx, k.asynqTask+id, "state", "active")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload := []byte(strings.Repeat("x", 64))
+	var handed, usec int64
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if i%20 == 0 {
+			if err := client.FlushAll(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for j := 0; j < 20*batch; j++ {
+				if _, err := p.Enqueue(ctx, Job{Tenant: fmt.Sprintf("t%d", j%tenants), Type: "noop", Payload: payload}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		dequeue()
+		before := evalUsec(b, client)
+		b.StartTimer()
+		v := claim()
+		b.StopTimer()
+		usec += evalUsec(b, client) - before
+		if v[0] != int64(3) {
+			b.Fatalf("claim: %v", v)
+		}
+		handed += v[1].(int64)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(usec)/float64(handed), "redis-µs/job")
+	b.ReportMetric(float64(handed)/float64(b.N), "jobs/claim")
+}
+
+// evalUsec returns redis-server's total time in EVALSHA and EVAL, µs.
+func evalUsec(b *testing.B, c *redis.Client) int64 {
+	s, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(s, "\r\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
