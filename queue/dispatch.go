@@ -44,7 +44,7 @@ func (s *Server) dispatchLoop(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-s.wake: // jobs of this process started: room in the prefetch
+		case <-s.wake: // jobs of this process left asynq's pending list
 			timer.Stop()
 		}
 	}

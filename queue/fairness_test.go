@@ -76,12 +76,9 @@ func TestFairnessBigBacklog(t *testing.T) {
 		return nil
 	})
 	const concurrency = 4
-	startServer(t, client, ServerConfig{Config: cfg, Concurrency: concurrency}, h)
+	srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: concurrency}, h)
 	waitFor(t, 30*time.Second, "A's backlog to be draining", func() bool { mu.Lock(); defer mu.Unlock(); return aRuns >= 200 })
 
-	mu.Lock()
-	aBefore := aRuns
-	mu.Unlock()
 	enqueued := time.Now()
 	for _, tenant := range []string{"B", "C", "D", "E"} {
 		for i := 0; i < 10; i++ {
@@ -90,6 +87,11 @@ func TestFairnessBigBacklog(t *testing.T) {
 			}
 		}
 	}
+	// A's jobs count from the moment all 40 are in the queue: while they
+	// were being enqueued one by one, A was still (nearly) alone.
+	mu.Lock()
+	aBefore := aRuns
+	mu.Unlock()
 	waitFor(t, 30*time.Second, "the 40 jobs of B to E", func() bool { mu.Lock(); defer mu.Unlock(); return othersDone >= 40 })
 	mu.Lock()
 	defer mu.Unlock()
@@ -97,7 +99,7 @@ func TestFairnessBigBacklog(t *testing.T) {
 	// turn in five, so about 10 of its jobs run alongside their 40, plus
 	// the jobs already handed to asynq (prefetch) when they arrived.
 	share := aAtLastOther - aBefore
-	prefetch := 2 * concurrency
+	prefetch := srv.cfg.Prefetch
 	t.Logf("A ran %d jobs while B to E ran their 40 (fair share 10, prefetch %d); B's first job started %v after enqueue",
 		share, prefetch, firstStart["B"].Sub(enqueued))
 	if share > 3*10+prefetch {

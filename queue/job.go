@@ -17,6 +17,11 @@
 // is too far away goes back to the waiting room without spending a retry.
 // docs/queue.md and docs/fairness.md describe the design and its bounds.
 //
+// The dispatcher writes each job's asynq task in the same script that
+// takes it from the waiting room, so the queue's keys share asynq's hash
+// tag {Q}; a handed-over job leaves the bound when asynq gives its task to
+// a worker.
+//
 // Delivery is at least once: a worker that dies mid-job leaves the job to
 // asynq's recovery, which runs it again.
 package queue
@@ -52,12 +57,12 @@ type Job struct {
 	// MaxIDLen bytes of [A-Za-z0-9_.:-].
 	//
 	// An ID is unique in its queue while its job is in the queue: from
-	// the enqueue until its handler starts (waiting, or handed to asynq
-	// and not started), and again whenever the job is put back to wait
+	// the enqueue until a worker takes it (waiting, or handed to asynq
+	// and pending there), and again whenever the job is put back to wait
 	// (throttled, rescheduled). Meanwhile Enqueue refuses another job of
 	// that ID with a *DuplicateJobError and writes nothing, so a producer
 	// that lost the answer to an enqueue can safely send it again. Once
-	// the handler has started, the ID may be used again: the new job is
+	// a worker has taken it, the ID may be used again: the new job is
 	// a separate job that runs on its own, even while the first is still
 	// running, retrying, or remembered by asynq as completed (each
 	// enqueue gets its own Nonce, so their asynq tasks never collide).
@@ -148,15 +153,16 @@ func (e *QueueFullError) Error() string {
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
 // DuplicateJobError: a job with the same ID is in the queue (waiting, or
-// handed to asynq and not started). Nothing was written; the job already
-// there will run. Retrying is pointless until that job's handler starts.
+// handed to asynq and not yet taken by a worker). Nothing was written; the
+// job already there will run. Retrying is pointless until a worker has
+// taken that job.
 type DuplicateJobError struct {
 	Queue string
 	ID    string
 }
 
 func (e *DuplicateJobError) Error() string {
-	return fmt.Sprintf("%v: a job with id %q is already in queue %q (waiting or handed over, not started)", ErrDuplicateJob, e.ID, e.Queue)
+	return fmt.Sprintf("%v: a job with id %q is already in queue %q (waiting or handed over, not yet taken by a worker)", ErrDuplicateJob, e.ID, e.Queue)
 }
 
 // Unwrap returns ErrDuplicateJob.

@@ -34,8 +34,9 @@ type Config struct {
 	Queue string
 	// Prefix starts the waiting room's keys; default DefaultPrefix.
 	Prefix string
-	// Bound is the most jobs the queue holds that have not started:
-	// waiting, or handed to asynq. Required, at least 1.
+	// Bound is the most jobs the queue holds that no worker has taken
+	// yet: waiting, or handed to asynq and pending there. Required, at
+	// least 1.
 	Bound int64
 	// TenantBound is the most such jobs per tenant; 0 for no bound.
 	TenantBound int64
@@ -230,9 +231,11 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {
-	// Depth counts jobs waiting or handed to asynq but not started.
+	// Depth counts jobs waiting, or handed to asynq and not yet taken
+	// by a worker.
 	Depth int64
-	// HandedOver counts jobs handed to asynq but not started.
+	// HandedOver counts jobs handed to asynq and not yet taken by a
+	// worker.
 	HandedOver int64
 	// Tenants counts tenants with jobs in the queue.
 	Tenants int64
@@ -271,8 +274,8 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	return st, nil
 }
 
-// TenantDepth returns how many of tenant's jobs are in the queue and not
-// started.
+// TenantDepth returns how many of tenant's jobs are in the queue: waiting,
+// or handed over and not yet taken by a worker.
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	enc, _, err := p.keys.tenant(tenant)
 	if err != nil {

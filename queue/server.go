@@ -35,9 +35,10 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
-	// Prefetch is the most jobs handed to asynq but not started,
-	// fleet-wide; default 2 × Concurrency. Keep it at least the fleet's
-	// total concurrency.
+	// Prefetch is the most jobs handed to asynq and not yet taken by a
+	// worker, fleet-wide; default 3 × Concurrency. Keep it at least the
+	// fleet's total concurrency. The dispatcher hands jobs over in
+	// batches of up to Concurrency (or Prefetch, if smaller).
 	Prefetch int
 	// Throttle paces jobs that name a Downstream; nil runs them unpaced.
 	Throttle *throttle.Throttle

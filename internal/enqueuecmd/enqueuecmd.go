@@ -10,7 +10,7 @@
 //	3  refused by the tenant's admission policy (rate limited)
 //	4  refused because the queue or the tenant's backlog is full
 //	5  refused because a job with the same id is already in the queue
-//	   (waiting, or handed to a worker and not started): nothing was
+//	   (waiting, or handed over and not yet taken by a worker): nothing was
 //	   enqueued, the job already there will run
 package enqueuecmd
 
@@ -188,8 +188,8 @@ func one(ctx context.Context, p *queue.Producer, job queue.Job, o options, stder
 		}
 		fmt.Fprintf(stderr, "enqueue: %v\n", err)
 		if code == ExitDuplicate {
-			// Waiting would not help: the id is free only once that job
-			// has started.
+			// Waiting would not help: the id is free only once a worker
+			// has taken that job.
 			fmt.Fprintf(stderr, "enqueue: not enqueued again; the job already queued will run (give another -id, or none for a random one)\n")
 		}
 		return r, code
@@ -311,7 +311,7 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *config.Config, stdou
 		return ExitFailure
 	}
 	fmt.Fprintf(stdout, "queue %s\n", cfg.Queue.Name)
-	fmt.Fprintf(stdout, "  depth        %d of %d (waiting, or handed to workers and not started)\n", st.Depth, cfg.Queue.Bound)
+	fmt.Fprintf(stdout, "  depth        %d of %d (waiting, or handed over and not yet taken by a worker)\n", st.Depth, cfg.Queue.Bound)
 	fmt.Fprintf(stdout, "  handed over  %d (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
 	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep (throttle paused or no slot soon)\n", st.Tenants, st.Sleeping)
 	return ExitOK

@@ -44,7 +44,9 @@ for _, t in ipairs(woken) do
   redis.call('RPUSH', KEYS[1], t)
 end
 local n, empties, more = 0, 0, 0
-local weights = {}
+-- Tenants' weights, read once per claim; none are stored while every
+-- tenant has the default weight of 1.
+local weights, weighted = {}, redis.call('HLEN', KEYS[4]) > 0
 while n < room and empties < 32 do
   -- The head tenant takes its turn: rotated to the tail at once, and back
   -- to the head if its weight gives it more turns.
@@ -70,7 +72,7 @@ while n < room and empties < 32 do
     end
     local weight = weights[tenant]
     if not weight then
-      weight = tonumber(redis.call('HGET', KEYS[4], tenant) or '1')
+      weight = weighted and tonumber(redis.call('HGET', KEYS[4], tenant) or '1') or 1
       weights[tenant] = weight
     end
     if weight > 1 then

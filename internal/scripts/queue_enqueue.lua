@@ -25,7 +25,7 @@
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
 --          {4, 0, 0, 0, 0} a job of that id is in the queue
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
--- refusal() is the reason to refuse the job, if any.
+-- refusal() is the reason to refuse the job, if any, and the depth.
 local function refusal()
   if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
   local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
@@ -34,16 +34,16 @@ local function refusal()
     local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
     if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
   end
-  return nil
+  return nil, depth
 end
-if refusal() then
+local refused, depth = refusal()
+if refused then
   local H = {handed = KEYS[10], hinfo = KEYS[11], meta = KEYS[1], tdepth = KEYS[2], cdepth = KEYS[8],
     ids = KEYS[9], taskprefix = ARGV[16]}
   reconcile(H, 100000)
-  local r = refusal()
-  if r then return r end
+  refused, depth = refusal()
+  if refused then return refused end
 end
-local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
 local now, pad = clock(ARGV[13])
 local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)

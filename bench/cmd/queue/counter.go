@@ -165,9 +165,9 @@ func outcome(cmd redis.Cmder, err error) string {
 		case 1:
 			return " → a job to check (throttle)"
 		case 2:
-			return " → prefetch full (waits for a start)"
+			return " → prefetch full (waits for jobs to leave asynq's pending list)"
 		case 3:
-			return " → jobs taken"
+			return " → jobs handed over"
 		default:
 			return " → nothing ready (sleeps)"
 		}

@@ -146,7 +146,7 @@ func (r *report) process(ctx context.Context, b *bench) error {
 		r.proc = append(r.proc, res)
 	}
 	fmt.Printf("## 2. Processing throughput\n\n")
-	fmt.Printf("%d no-op jobs pre-enqueued (%d tenant(s)), drained by one worker process with Concurrency %d; measured from the worker's start until the last job's handler started. asynq: `asynq.NewServerFromRedisClient`, TaskCheckInterval %v. sluice: `queue.Server`, no throttle, PollInterval %v (sluice also gives it to asynq as TaskCheckInterval), default Prefetch (2 × Concurrency) and Retention (1h). Commands per job include the workers' idle polling and asynq's background loops during the run.\n\n",
+	fmt.Printf("%d no-op jobs pre-enqueued (%d tenant(s)), drained by one worker process with Concurrency %d; measured from the worker's start until the last job's handler started. asynq: `asynq.NewServerFromRedisClient`, TaskCheckInterval %v. sluice: `queue.Server`, no throttle, PollInterval %v (sluice also gives it to asynq as TaskCheckInterval), default Prefetch (3 × Concurrency) and Retention (0: completed tasks deleted, as asynq does). Commands per job include the workers' idle polling and asynq's background loops during the run.\n\n",
 		o.jobs, o.procTenants, o.concurrency, o.poll, o.poll)
 	var rows [][]string
 	for _, d := range r.proc {
