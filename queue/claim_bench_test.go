@@ -6,9 +6,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -113,4 +116,44 @@ func evalUsec(b *testing.B, c *redis.Client) int64 {
 		}
 	}
 	return total
+}
+
+// BenchmarkEnqueueScript measures redis-server's own time per Enqueue (the
+// admission and enqueue script, a token bucket that admits everything)
+// beside that of asynq's Client.Enqueue on the same server, as
+// "redis-µs/job" and "asynq-redis-µs/job": the server's share of the
+// enqueue benchmark in bench/cmd/queue, without the clients' noise.
+func BenchmarkEnqueueScript(b *testing.B) {
+	ctx := context.Background()
+	client := redistest.Shared(b)
+	pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
+	cfg := Config{Queue: "bench-enqueue", Bound: 1 << 40, Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
+	p, err := NewProducer(client, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ac := asynq.NewClientFromRedisClient(client)
+	defer ac.Close()
+	payload := []byte(strings.Repeat("x", 64))
+	if err := client.FlushAll(ctx).Err(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	before := evalUsec(b, client)
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Enqueue(ctx, Job{Tenant: fmt.Sprintf("t%d", i%100), Type: "noop", Payload: payload}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ours := evalUsec(b, client) - before
+	b.StopTimer()
+	before = evalUsec(b, client)
+	for i := 0; i < b.N; i++ {
+		if _, err := ac.EnqueueContext(ctx, asynq.NewTask("noop", payload)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	theirs := evalUsec(b, client) - before
+	b.ReportMetric(float64(ours)/float64(b.N), "redis-µs/job")
+	b.ReportMetric(float64(theirs)/float64(b.N), "asynq-redis-µs/job")
 }

@@ -19,7 +19,7 @@
 --          if jobs that name a downstream must be shown, not taken,
 --          6 asynq's task key prefix, 7 the queue's name, 8 asynq's
 --          Retention (s)
--- Uses     prelude.lua (int, clock), queue_handover.lua
+-- Uses     prelude.lua (int, clock), queue_handover.lua, queue_count.lua
 -- Returns  {3, n, started, more}        n jobs handed over; more is 1
 --                                       when the next claim should come
 --                                       at once (the batch was full and

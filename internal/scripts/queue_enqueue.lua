@@ -2,13 +2,16 @@
 -- waiting room, against the queue's exact bound: one atomic step, so that
 -- concurrent producers can never push the queue past its bound, and a job
 -- refused for a full queue consumes no admission. A job whose id is already
--- in the queue (waiting, or handed to asynq and not started) is refused
--- first, writing nothing: the same check and the same step, so that of
--- concurrent producers sending one id exactly one gets in.
--- Composed as prelude.lua + queue_handover.lua + an algorithm's admit() (or
+-- in the queue (waiting, or handed to asynq and not yet taken by a worker)
+-- is refused first, writing nothing: the same check and the same step, so
+-- that of concurrent producers sending one id exactly one gets in. Before
+-- it refuses for an id or a bound, it counts out the handed-over jobs that
+-- workers have taken meanwhile (queue_count.lua's reconcile), so that the
+-- counts it refuses by are exact.
+-- Composed as prelude.lua + queue_count.lua + an algorithm's admit() (or
 -- no_admission.lua) + this file. Every key carries the queue's hash tag.
--- KEYS     1 meta hash (depth: jobs waiting or handed to asynq but not
---          started), 2 per-tenant depth hash, 3 ring of tenants with work,
+-- KEYS     1 meta hash (depth: jobs waiting, or handed to asynq and not
+--          yet taken by a worker), 2 per-tenant depth hash, 3 ring of tenants with work,
 --          4 set of tenants in the ring or asleep, 5 weights hash,
 --          6 the tenant's list, 7 the tenant's admission state, 8 per-class
 --          depth hash (for metrics), 9 ids hash (job id -> how many jobs of

@@ -1,11 +1,12 @@
--- Helpers of the scripts that move jobs between the waiting room and asynq
--- (queue_claim.lua, queue_take.lua, queue_enqueue.lua, queue_reconcile.lua).
--- Defines no keys and reads no arguments: callers pass a table H of names
--- and settings, all under the queue's hash tag, which is asynq's own:
+-- Helpers of the scripts that hand jobs from the waiting room to asynq
+-- (queue_claim.lua, queue_take.lua). Defines no keys and reads no
+-- arguments: callers pass a table H of names and settings, all under the
+-- queue's hash tag, which is asynq's own:
 --   H.handed     sorted set: handed-over jobs by job key, scored in the
 --                order they were pushed onto asynq's pending list
 --   H.hinfo      hash: job key -> "<task id> <tenant> <id> <class>"
---   H.meta       hash: depth (jobs waiting or handed over, not started),
+--   H.meta       hash: depth (jobs waiting, or handed over and not yet
+--                taken by a worker),
 --                handseq (the last handed score)
 --   H.tdepth, H.cdepth, H.ids   per-tenant, per-class and per-id counts
 --   H.pending    asynq:{Q}:pending
@@ -19,10 +20,6 @@
 -- step that takes it out of the waiting room does it, so a job is never
 -- taken without being handed over. internal/scripts's tests check the
 -- bytes against asynq's own Client.
---
--- A handed-over job leaves the depth when asynq gives it to a worker: its
--- task's state is then no longer "pending". reconcile() counts such jobs
--- out, oldest first.
 -- Uses prelude.lua (int).
 
 -- Protocol buffers, the two wire types asynq's TaskMessage needs here,
@@ -101,52 +98,4 @@ local function flush(H)
   redis.call('HSET', H.hinfo, unpack(H.info))
   redis.call('HSET', H.meta, 'handseq', int(H.seq))
   H.push, H.zadd, H.info = {}, {}, {}
-end
-
--- add adds d to field f of hash h, deleting the field at 0 or below.
-local function add(h, f, d)
-  if redis.call('HINCRBY', h, f, d) <= 0 then redis.call('HDEL', h, f) end
-end
-
--- reconcile counts out the handed-over jobs that asynq has given to a
--- worker (or that were deleted or archived while pending), oldest first,
--- and stops at the first still pending: asynq dequeues its pending list in
--- the order of the pushes, which is the order of the handed scores.
--- Looks at no more than most jobs. Returns how many it counted out.
-local function reconcile(H, most)
-  local n = 0
-  while n < most do
-    local batch = redis.call('ZRANGE', H.handed, 0, 31)
-    if #batch == 0 then break end
-    local infos = redis.call('HMGET', H.hinfo, unpack(batch))
-    local out, ids, tenants, classes = 0, {}, {}, {}
-    for i, key in ipairs(batch) do
-      local info = infos[i]
-      if info then
-        local _, _, task, enc, id, class = string.find(info, '^(%S+) (%S+) (%S+) (.*)$')
-        if redis.call('HGET', H.taskprefix .. task, 'state') == 'pending' then break end
-        ids[#ids + 1] = id
-        tenants[enc] = (tenants[enc] or 0) + 1
-        classes[class] = (classes[class] or 0) + 1
-      end
-      out = i
-    end
-    if out == 0 then break end
-    redis.call('ZREMRANGEBYRANK', H.handed, 0, out - 1)
-    redis.call('HDEL', H.hinfo, unpack(batch, 1, out))
-    -- An id is almost always counted once: delete those in one call.
-    if #ids > 0 then
-      local counts, gone = redis.call('HMGET', H.ids, unpack(ids)), {}
-      for i, id in ipairs(ids) do
-        if tonumber(counts[i] or '0') <= 1 then gone[#gone + 1] = id else add(H.ids, id, -1) end
-      end
-      if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
-    end
-    for enc, c in pairs(tenants) do add(H.tdepth, enc, -c) end
-    for class, c in pairs(classes) do add(H.cdepth, class, -c) end
-    n = n + out
-    if out < #batch then break end
-  end
-  if n > 0 then redis.call('HINCRBY', H.meta, 'depth', -n) end
-  return n
 end

@@ -105,6 +105,8 @@ var (
 	queueReconcileSrc string
 	//go:embed queue_handover.lua
 	queueHandoverSrc string
+	//go:embed queue_count.lua
+	queueCountSrc string
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -115,18 +117,18 @@ func QueueEnqueue(alg string) *redis.Script {
 }
 
 var queueEnqueue = func() map[string]*redis.Script {
-	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + queueHandoverSrc + noAdmissionSrc + queueEnqueueSrc)}
+	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + queueCountSrc + noAdmissionSrc + queueEnqueueSrc)}
 	for name, fn := range AdmitFunctions {
-		m[name] = redis.NewScript(preludeSrc + queueHandoverSrc + fn + queueEnqueueSrc)
+		m[name] = redis.NewScript(preludeSrc + queueCountSrc + fn + queueEnqueueSrc)
 	}
 	return m
 }()
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim     = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
+	QueueClaim     = redis.NewScript(preludeSrc + queueHandoverSrc + queueCountSrc + queueClaimSrc)
 	QueueTake      = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
-	QueueReconcile = redis.NewScript(preludeSrc + queueHandoverSrc + queueReconcileSrc)
+	QueueReconcile = redis.NewScript(preludeSrc + queueCountSrc + queueReconcileSrc)
 	QueueUntake    = redis.NewScript(preludeSrc + queueUntakeSrc)
 	QueueSleep     = redis.NewScript(preludeSrc + queueSleepSrc)
 )
