@@ -181,8 +181,8 @@ func TestClaimsHandOverBatches(t *testing.T) {
 		rec.mu.Unlock()
 		calls := hook.count()
 		t.Logf("%d jobs in %d claims (%.1f a claim)", n, calls, float64(n)/float64(calls))
-		// Claims come every 5 starts (half the concurrency), or when the
-		// poll interval has passed with fewer.
+		// Claims come every 10 starts (the concurrency), or when the poll
+		// interval has passed with fewer.
 		if calls > n/2 {
 			t.Errorf("%d claims for %d jobs; want them batched", calls, n)
 		}
@@ -252,5 +252,69 @@ func TestEarlierKeyLayoutRefused(t *testing.T) {
 		if errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
+	})
+}
+
+// TestUndecodableEnvelopeArchived: text in a tenant's list that is not an
+// envelope sluice wrote (not JSON, an id or a type a producer would have
+// refused) does not block the claims behind it: it is handed over as
+// sluice.undecodable, the worker cannot decode it either, and asynq
+// archives it, where asynqmon shows it. The jobs around it run, and the
+// counts end at zero.
+func TestUndecodableEnvelopeArchived(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := p.keys
+		enc, list, _ := k.tenant("a")
+		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`}
+		if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		// What an enqueue would have counted for them.
+		pipe := client.TxPipeline()
+		for _, b := range bad {
+			pipe.RPush(ctx, list, b)
+			pipe.HIncrBy(ctx, k.meta, "depth", 1)
+			pipe.HIncrBy(ctx, k.tdepth, enc, 1)
+			pipe.HIncrBy(ctx, k.cdepth, "default", 1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
+			archived, err := ins.ListArchivedTasks(cfg.Queue)
+			return rec.count() == 2 && err == nil && len(archived) == len(bad)
+		})
+		archived, err := ins.ListArchivedTasks(cfg.Queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payloads := map[string]bool{}
+		for _, ti := range archived {
+			payloads[string(ti.Payload)] = true
+			if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
+				t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
+			}
+		}
+		for _, b := range bad {
+			if !payloads[b] {
+				t.Errorf("%q is not among the archived tasks' payloads", b)
+			}
+		}
+		waitFor(t, 5*time.Second, "the counts to reach zero", func() bool {
+			st, err := p.Stats(ctx)
+			return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
+		})
 	})
 }

@@ -18,7 +18,7 @@
 -- msg (asynq's TaskMessage, protocol buffers), state "pending" and
 -- pending_since (ns), and the task id pushed on the pending list. The
 -- step that takes it out of the waiting room does it, so a job is never
--- taken without being handed over. internal/scripts's tests check the
+-- taken without being handed over. queue's TestHandOverWritesWhatAsynqWrites
 -- bytes against asynq's own Client.
 -- Uses prelude.lua (int).
 
@@ -50,16 +50,6 @@ end
 -- and records it as handed over; flush(H) ends a batch of them. now is in
 -- µs. Returns the job key.
 local function hand_over(H, env, enc, now)
-  local j = cjson.decode(env)
-  local key = j.id
-  if type(j.nonce) == 'string' and j.nonce ~= '' then key = key .. '@' .. j.nonce end
-  -- queue.Job's defaults: max_retry 0 is 25, -1 none; timeout 0 is 30
-  -- minutes. asynq counts the retries left, in whole seconds of timeout.
-  local retry = tonumber(j.max_retry) or 0
-  if retry == 0 then retry = 25 elseif retry < 0 then retry = 0 end
-  retry = math.max(retry - (tonumber(j.retried) or 0), 0)
-  local timeout = tonumber(j.timeout) or 0
-  if timeout <= 0 then timeout = 1800 else timeout = math.floor(timeout / 1e9) end
   if not H.seq then
     H.seq = tonumber(redis.call('HGET', H.meta, 'handseq') or '0')
     H.zadd, H.info, H.push, H.types = {}, {}, {}, {}
@@ -68,9 +58,26 @@ local function hand_over(H, env, enc, now)
     H.retain = pb_uint(12, H.retention)
   end
   H.seq = math.max(H.seq + 1, now)
+  local ok, j = pcall(cjson.decode, env)
+  if not ok or type(j) ~= 'table' or type(j.id) ~= 'string' or not string.find(j.id, '^[%w_.:%-]+$')
+      or type(j.type) ~= 'string' or #j.type > 256 or not string.find(j.type, '^[%w_.:/%-]+$') then
+    -- Not an envelope sluice wrote. It is handed over all the same, so
+    -- that it does not block every claim behind it: the worker cannot
+    -- decode it either and asynq archives it, where asynqmon shows it.
+    j = {id = 'undecodable-' .. int(H.seq), type = 'sluice.undecodable'}
+  end
+  local key = j.id
+  if type(j.nonce) == 'string' and string.find(j.nonce, '^%x+$') then key = key .. '@' .. j.nonce end
+  -- queue.Job's defaults: max_retry 0 is 25, -1 none; timeout 0 is 30
+  -- minutes. asynq counts the retries left, in whole seconds of timeout.
+  local retry = math.floor(tonumber(j.max_retry) or 0)
+  if retry == 0 then retry = 25 elseif retry < 0 then retry = 0 end
+  retry = math.max(retry - math.floor(tonumber(j.retried) or 0), 0)
+  local timeout = tonumber(j.timeout) or 0
+  if timeout <= 0 then timeout = 1800 else timeout = math.floor(timeout / 1e9) end
   -- The task id is new: the nonce is random for each enqueue, and moves
   -- counts the job's hand-overs.
-  local task = 'sluice:' .. key .. ':' .. int(tonumber(j.moves) or 0)
+  local task = 'sluice:' .. key .. ':' .. int(math.floor(tonumber(j.moves) or 0))
   local typ = H.types[j.type]
   if not typ then
     typ = pb_bytes(1, j.type)
@@ -84,7 +91,9 @@ local function hand_over(H, env, enc, now)
   z[#z + 1] = int(H.seq)
   z[#z + 1] = key
   i[#i + 1] = key
-  i[#i + 1] = task .. ' ' .. enc .. ' ' .. j.id .. ' ' .. (j.class or 'default')
+  local class = j.class
+  if type(class) ~= 'string' or class == '' then class = 'default' end
+  i[#i + 1] = task .. ' ' .. enc .. ' ' .. j.id .. ' ' .. class
   H.push[#H.push + 1] = task
   return key
 end

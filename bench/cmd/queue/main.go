@@ -49,6 +49,7 @@ type options struct {
 	payload      int
 	concurrency  int
 	poll         time.Duration
+	retention    time.Duration
 	fairJobs     int
 	fairTenants  int
 	bigShare     float64
@@ -78,6 +79,7 @@ func run() error {
 	flag.IntVar(&o.procTenants, "process-tenants", 1, "tenants the jobs of phase 2 are spread over")
 	flag.IntVar(&o.payload, "payload", 64, "payload bytes per job (at least 8: the job's index)")
 	flag.IntVar(&o.concurrency, "concurrency", 10, "worker concurrency (phases 2-4)")
+	flag.DurationVar(&o.retention, "retention", 0, "sluice's Retention: how long asynq keeps completed tasks (0, the default, deletes them as bare asynq does)")
 	flag.DurationVar(&o.poll, "poll", 10*time.Millisecond, "asynq's TaskCheckInterval for the bare server, sluice's PollInterval (which sluice also gives asynq)")
 	flag.IntVar(&o.fairJobs, "fair-jobs", 20_000, "jobs per system in the fairness phase (3)")
 	flag.IntVar(&o.fairTenants, "fair-tenants", 1000, "tenants in phase 3: one big, the rest small")

@@ -100,7 +100,7 @@ func (r *report) enqueue(ctx context.Context, b *bench) error {
 		if which == "asynq" {
 			sys = newBare(pc, pc, o.concurrency, o.poll)
 		} else {
-			s, err := newSluice(pc, pc, int64(10*o.jobs), &hugeBucket, o.concurrency, o.poll)
+			s, err := newSluice(pc, pc, int64(10*o.jobs), &hugeBucket, o.concurrency, o.poll, o.retention)
 			if err != nil {
 				return err
 			}
@@ -146,8 +146,8 @@ func (r *report) process(ctx context.Context, b *bench) error {
 		r.proc = append(r.proc, res)
 	}
 	fmt.Printf("## 2. Processing throughput\n\n")
-	fmt.Printf("%d no-op jobs pre-enqueued (%d tenant(s)), drained by one worker process with Concurrency %d; measured from the worker's start until the last job's handler started. asynq: `asynq.NewServerFromRedisClient`, TaskCheckInterval %v. sluice: `queue.Server`, no throttle, PollInterval %v (sluice also gives it to asynq as TaskCheckInterval), default Prefetch (3 × Concurrency) and Retention (0: completed tasks deleted, as asynq does). Commands per job include the workers' idle polling and asynq's background loops during the run.\n\n",
-		o.jobs, o.procTenants, o.concurrency, o.poll, o.poll)
+	fmt.Printf("%d no-op jobs pre-enqueued (%d tenant(s)), drained by one worker process with Concurrency %d; measured from the worker's start until the last job's handler started. asynq: `asynq.NewServerFromRedisClient`, TaskCheckInterval %v. sluice: `queue.Server`, no throttle, PollInterval %v (sluice also gives it to asynq as TaskCheckInterval), default Prefetch (3 × Concurrency), Retention %s. Commands per job include the workers' idle polling and asynq's background loops during the run.\n\n",
+		o.jobs, o.procTenants, o.concurrency, o.poll, o.poll, retentionText(o.retention))
 	var rows [][]string
 	for _, d := range r.proc {
 		rt, cmds, rcpu, ccpu := d.cost.perJob(d.done)
@@ -254,7 +254,7 @@ func (r *report) newSystem(which string, pc, wc redis.UniversalClient, bound int
 	if which == "asynq" {
 		return newBare(pc, wc, r.o.concurrency, r.o.poll), nil
 	}
-	return newSluice(pc, wc, bound, nil, r.o.concurrency, r.o.poll)
+	return newSluice(pc, wc, bound, nil, r.o.concurrency, r.o.poll, r.o.retention)
 }
 
 // ---- 3. fairness ----
@@ -463,7 +463,7 @@ func (r *report) monitor(ctx context.Context, b *bench) error {
 		if which == "asynq" {
 			sys = newBare(pc, wc, o.concurrency, o.poll)
 		} else {
-			s, err := newSluice(pc, wc, int64(10*n), &hugeBucket, o.concurrency, o.poll)
+			s, err := newSluice(pc, wc, int64(10*n), &hugeBucket, o.concurrency, o.poll, o.retention)
 			if err != nil {
 				return err
 			}
@@ -520,4 +520,12 @@ func (r *report) summary() {
 	}
 	fmt.Printf("## Targets\n\n")
 	table([]string{"target", "measured", "met"}, r.targets)
+}
+
+// retentionText describes sluice's Retention setting.
+func retentionText(d time.Duration) string {
+	if d == 0 {
+		return "0 (completed tasks deleted, as bare asynq does)"
+	}
+	return d.String() + " (completed tasks kept, unlike bare asynq)"
 }

@@ -93,7 +93,7 @@ type sluiceSys struct {
 // billion per second, so that admission runs in full but never refuses.
 var hugeBucket = algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
 
-func newSluice(producers, worker redis.UniversalClient, bound int64, admission *algorithms.Policy, conc int, poll time.Duration) (*sluiceSys, error) {
+func newSluice(producers, worker redis.UniversalClient, bound int64, admission *algorithms.Policy, conc int, poll, retention time.Duration) (*sluiceSys, error) {
 	cfg := queue.Config{Queue: queueName, Bound: bound}
 	if admission != nil {
 		pol := *admission
@@ -108,6 +108,7 @@ func newSluice(producers, worker redis.UniversalClient, bound int64, admission *
 		Config:       queue.Config{Queue: queueName},
 		Concurrency:  conc,
 		PollInterval: poll,
+		Retention:    retention,
 		Logger:       log,
 	}}, nil
 }
