@@ -85,14 +85,13 @@ func checkDelivery(t *testing.T, a *api, ids, missing []string, places map[strin
 	return dup2xx, resent
 }
 
-// logRedisOutage logs what the workers' logs say of the outage: the jobs
-// that the dispatcher could neither hand to asynq nor put back (they wait
-// for its recovery of stale hand-overs, 5 minutes later), and the jobs
+// logRedisOutage logs what the workers' logs say of the outage: the
+// dispatcher's failed claims (it backs off and claims again) and the jobs
 // whose asynq task could not be updated (asynq syncs them later).
 func logRedisOutage(t *testing.T, f *fleet) {
 	t.Helper()
-	t.Logf("worker logs: %d jobs neither handed over nor put back; %d asynq task updates deferred (\"Will retry syncing\")",
-		f.logged("job neither handed over nor put back"), f.logged("Will retry syncing"))
+	t.Logf("worker logs: %d failed claims retried; %d asynq task updates deferred (\"Will retry syncing\")",
+		f.logged("sluice: dispatcher"), f.logged("Will retry syncing"))
 }
 
 // logRefusals logs when the downstream answered 429 or 503, relative to
