@@ -372,11 +372,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 // id in the queue.
 func TestReconcileByTaskState(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 4)
-		p, err := NewProducer(client, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, p := testProducer(t, client, 4)
 		ctx := context.Background()
 		ids := []string{"j0", "j1", "j2", "j3"}
 		for _, id := range ids {

@@ -36,11 +36,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 	}
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, p := testProducer(t, client, 100)
 		k := p.keys
 		ac := asynq.NewClientFromRedisClient(client)
 		defer ac.Close()
@@ -89,6 +85,18 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 			}
 		}
 	})
+}
+
+// testProducer returns a waiting room of t's own (testConfig) and its
+// Producer on client.
+func testProducer(t *testing.T, client redis.UniversalClient, bound int64) (Config, *Producer) {
+	t.Helper()
+	cfg := testConfig(t, bound)
+	p, err := NewProducer(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, p
 }
 
 // takeTask returns the hash of asynq task id and deletes it, checking that
@@ -264,11 +272,7 @@ func TestEarlierKeyLayoutRefused(t *testing.T) {
 func TestUndecodableEnvelopeArchived(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, p := testProducer(t, client, 100)
 		k := p.keys
 		enc, list, _ := k.tenant("a")
 		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`}
