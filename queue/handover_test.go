@@ -189,8 +189,8 @@ func TestClaimsHandOverBatches(t *testing.T) {
 		rec.mu.Unlock()
 		calls := hook.count()
 		t.Logf("%d jobs in %d claims (%.1f a claim)", n, calls, float64(n)/float64(calls))
-		// Claims come every 10 starts (the concurrency), or when the poll
-		// interval has passed with fewer.
+		// Claims come every 20 starts (twice the concurrency), or when the
+		// poll interval has passed with fewer.
 		if calls > n/2 {
 			t.Errorf("%d claims for %d jobs; want them batched", calls, n)
 		}

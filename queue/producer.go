@@ -194,10 +194,22 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.handed, k.hinfo},
-		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID, k.asynqTask).Int64Slice()
+	enqueue := func() ([]int64, error) {
+		return scripts.QueueEnqueue(alg).Run(ctx, p.client,
+			[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
+			p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
+			adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
+	}
+	v, err := enqueue()
+	if err == nil && len(v) == 5 && (v[0] == 1 || v[0] == 2 || v[0] == 4) {
+		// Refused for a bound or an id: the counts may still hold jobs
+		// that workers took since the last claim. Count those out, and if
+		// there were any, ask again (once).
+		var n int
+		if n, err = reconcile(ctx, p.client, k); err == nil && n > 0 {
+			v, err = enqueue()
+		}
+	}
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}

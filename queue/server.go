@@ -38,7 +38,8 @@ type ServerConfig struct {
 	// Prefetch is the most jobs handed to asynq and not yet taken by a
 	// worker, fleet-wide; default 3 × Concurrency. Keep it at least the
 	// fleet's total concurrency. The dispatcher hands jobs over in
-	// batches of up to Concurrency (or Prefetch, if smaller).
+	// batches of up to 2 × Concurrency (or Prefetch, if smaller; at most
+	// 32).
 	Prefetch int
 	// Throttle paces jobs that name a Downstream; nil runs them unpaced.
 	Throttle *throttle.Throttle
@@ -117,7 +118,7 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
 	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		wakeAfter: int64(max(1, min(cfg.Prefetch, cfg.Concurrency))),
+		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
 		retention: strconv.FormatInt(int64(cfg.Retention.Seconds()), 10)}
 	if s.log == nil {
 		s.log = slog.Default()

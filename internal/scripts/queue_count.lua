@@ -1,6 +1,6 @@
 -- Helpers that count handed-over jobs out of the queue's depth once asynq
 -- has given them to a worker: their task's state is then no longer
--- "pending" (queue_claim.lua, queue_enqueue.lua, queue_reconcile.lua).
+-- "pending" (queue_claim.lua, queue_reconcile.lua).
 -- Defines no keys and reads no arguments: callers pass a table H of key
 -- names as queue_handover.lua describes (handed, hinfo, meta, tdepth,
 -- cdepth, ids, taskprefix).

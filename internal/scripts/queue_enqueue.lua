@@ -4,48 +4,35 @@
 -- refused for a full queue consumes no admission. A job whose id is already
 -- in the queue (waiting, or handed to asynq and not yet taken by a worker)
 -- is refused first, writing nothing: the same check and the same step, so
--- that of concurrent producers sending one id exactly one gets in. Before
--- it refuses for an id or a bound, it counts out the handed-over jobs that
--- workers have taken meanwhile (queue_count.lua's reconcile), so that the
--- counts it refuses by are exact.
--- Composed as prelude.lua + queue_count.lua + an algorithm's admit() (or
--- no_admission.lua) + this file. Every key carries the queue's hash tag.
+-- that of concurrent producers sending one id exactly one gets in. The
+-- counts include handed-over jobs that workers have taken since the last
+-- reconcile (queue_reconcile.lua): a Producer refused for an id or a bound
+-- runs that script and, if it counted any job out, this one once more.
+-- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
+-- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs waiting, or handed to asynq and not
 --          yet taken by a worker), 2 per-tenant depth hash, 3 ring of tenants with work,
 --          4 set of tenants in the ring or asleep, 5 weights hash,
 --          6 the tenant's list, 7 the tenant's admission state, 8 per-class
 --          depth hash (for metrics), 9 ids hash (job id -> how many jobs of
---          that id are in the queue), 10 handed-over jobs, 11 their hinfo
+--          that id are in the queue)
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's envelope,
 --          6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class, 15 the job's id,
---          16 asynq's task key prefix
+--          now or ""), 14 the tenant's metrics class, 15 the job's id
 -- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
 --          {1, depth, bound, 0, 0} queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
 --          {4, 0, 0, 0, 0} a job of that id is in the queue
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
--- refusal() is the reason to refuse the job, if any, and the depth.
-local function refusal()
-  if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
-  local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
-  if depth >= bound then return {1, depth, bound, 0, 0} end
-  if tbound > 0 then
-    local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
-    if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
-  end
-  return nil, depth
-end
-local refused, depth = refusal()
-if refused then
-  local H = {handed = KEYS[10], hinfo = KEYS[11], meta = KEYS[1], tdepth = KEYS[2], cdepth = KEYS[8],
-    ids = KEYS[9], taskprefix = ARGV[16]}
-  reconcile(H, 100000)
-  refused, depth = refusal()
-  if refused then return refused end
+if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
+local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
+if depth >= bound then return {1, depth, bound, 0, 0} end
+if tbound > 0 then
+  local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
+  if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
 end
 local now, pad = clock(ARGV[13])
 local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),

@@ -117,9 +117,9 @@ func QueueEnqueue(alg string) *redis.Script {
 }
 
 var queueEnqueue = func() map[string]*redis.Script {
-	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + queueCountSrc + noAdmissionSrc + queueEnqueueSrc)}
+	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + noAdmissionSrc + queueEnqueueSrc)}
 	for name, fn := range AdmitFunctions {
-		m[name] = redis.NewScript(preludeSrc + queueCountSrc + fn + queueEnqueueSrc)
+		m[name] = redis.NewScript(preludeSrc + fn + queueEnqueueSrc)
 	}
 	return m
 }()
