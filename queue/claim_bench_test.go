@@ -25,7 +25,7 @@ import (
 // the cost of putting it there with asynq's Client.
 func BenchmarkClaimScript(b *testing.B) {
 	for _, tenants := range []int{1, 1000} {
-		for _, batch := range []int{5, 10, 32} {
+		for _, batch := range []int{5, 10, 20, 32} {
 			b.Run(fmt.Sprintf("tenants=%d/batch=%d", tenants, batch), func(b *testing.B) {
 				benchClaim(b, tenants, batch)
 			})
