@@ -375,6 +375,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // Cancel gives back a reservation that will not be used. It succeeds only
 // while no later reservation has been made on the key (otherwise the slot
 // stays spent, a gap in the pace); it reports whether the slot came back.
+// The key's next slot never moves back into a pause.
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if !r.OK || r.Local || r.key == "" {
 		return false, nil
@@ -385,7 +386,7 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	}
 	c := r.compile
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k},
-		c.args[0], c.args[1], r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10)).Int()
+		c.args[0], c.args[1], r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]).Int()
 	if err != nil {
 		return false, fmt.Errorf("sluice: throttle cancel: %w", err)
 	}

@@ -216,6 +216,53 @@ func TestCancelGivesBackTheLastSlot(t *testing.T) {
 	})
 }
 
+// TestCancelNeverReopensAPause: a pause that starts before the last
+// booked slot leaves the TAT where it was; cancelling that slot then gives
+// it back, but only down to the pause's end: the slot booked next is not
+// inside the pause (it was, before the fix: a call during a 429 pause).
+func TestCancelNeverReopensAPause(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		th := newThrottle(t, client, clock.Now, nil)
+		ctx := context.Background()
+		lim := PerSecond(1)
+		lim.MaxWait = 10 * time.Second
+		steps := []struct {
+			do        string
+			wantDelay time.Duration
+		}{
+			{"reserve", 0},
+			{"reserve", time.Second},
+			{"pause 1.5s", 0},
+			{"cancel", 0},
+			{"reserve", 1500 * ms},
+			{"reserve", 2500 * ms},
+		}
+		var last Reservation
+		for i, st := range steps {
+			switch st.do {
+			case "reserve":
+				r, err := th.Reserve(ctx, "k", lim, 1)
+				if err != nil || !r.OK {
+					t.Fatalf("step %d: reserve: %+v, %v", i, r, err)
+				}
+				if r.Delay != st.wantDelay {
+					t.Fatalf("step %d: slot in %v; want %v", i, r.Delay, st.wantDelay)
+				}
+				last = r
+			case "pause 1.5s":
+				if _, err := th.Pause(ctx, "k", lim, 1500*ms); err != nil {
+					t.Fatal(err)
+				}
+			case "cancel":
+				if ok, err := th.Cancel(ctx, last); err != nil || !ok {
+					t.Fatalf("step %d: cancel of the last slot: %v, %v", i, ok, err)
+				}
+			}
+		}
+	})
+}
+
 func TestConcurrencyLeases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		clock := &fakeClock{t: base}
