@@ -44,6 +44,7 @@ func (e *BusyError) Unwrap() error { return ErrBusy }
 // Lease is one held concurrency slot.
 type Lease struct {
 	t    *Throttle
+	name string // the caller's key, as BusyError reports it
 	key  string // the Redis key
 	id   string
 	c    Concurrency
@@ -76,7 +77,7 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 	if _, err := rand.Read(raw[:]); err != nil {
 		return nil, err
 	}
-	l := &Lease{t: t, key: k, id: hex.EncodeToString(raw[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
+	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(raw[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
 	taken, err := l.run(ctx)
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 		return err
 	}
 	if refused != nil {
-		return &BusyError{Key: l.key, InUse: refused[1], RetryAfter: time.Duration(refused[2]) * time.Microsecond}
+		return &BusyError{Key: l.name, InUse: refused[1], RetryAfter: time.Duration(refused[2]) * time.Microsecond}
 	}
 	return nil
 }

@@ -300,6 +300,17 @@ func TestConcurrencyLeases(t *testing.T) {
 		if _, err := th.Acquire(ctx, "api", c); !errors.Is(err, ErrBusy) {
 			t.Fatalf("want busy, got %v", err)
 		}
+		// d's lease runs out and both slots are taken: d cannot extend,
+		// and the error names the caller's key, not the Redis key.
+		clock.Set(3500 * ms)
+		for range 2 {
+			if _, err := th.Acquire(ctx, "api", c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Extend(ctx); !errors.As(err, &busy) || busy.Key != "api" || busy.InUse != 2 {
+			t.Fatalf("extending a lease that ran out, its slot taken: %v (key %q); want busy on key \"api\", 2 in use", err, busy.Key)
+		}
 		if _, err := th.Acquire(ctx, "api", Concurrency{Max: 0}); err == nil {
 			t.Fatal("Max 0 accepted")
 		}
