@@ -111,7 +111,7 @@ func ExampleDuplicateJobError() {
 
 // A ServeMux routes jobs to handlers by type, as net/http's does by path;
 // middleware registered with Use wraps every handler, the first given
-// outermost. A Server calls the mux for each job; here it is called
+// outermost, and sees jobs of a type no handler takes as well. A Server calls the mux for each job; here it is called
 // directly.
 func ExampleServeMux() {
 	mux := queue.NewServeMux()
@@ -150,7 +150,7 @@ func ExampleServeMux() {
 	if errors.As(err, &re) {
 		fmt.Println("rescheduled after", re.After)
 	}
-	err = mux.ProcessJob(ctx, &queue.Job{Tenant: "acme", Type: "sms.send"})
+	err = mux.ProcessJob(ctx, &queue.Job{Tenant: "acme", Type: "sms.send", Payload: []byte(`{}`)})
 	fmt.Println(errors.Is(err, queue.ErrNoHandler), err)
 	// Output:
 	// log: start email.send for acme
@@ -161,6 +161,8 @@ func ExampleServeMux() {
 	// log: start report.build for acme
 	// log: end report.build err: sluice: rescheduled in 1m0s: warehouse busy
 	// rescheduled after 1m0s
+	// log: start sms.send for acme
+	// log: end sms.send err: sluice: no handler for job type "sms.send"
 	// true sluice: no handler for job type "sms.send"
 }
 

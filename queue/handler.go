@@ -60,7 +60,8 @@ func (mux *ServeMux) Use(mw ...Middleware) {
 }
 
 // ErrNoHandler is returned (wrapped, with SkipRetry semantics) for a job
-// whose type has no handler.
+// whose type has no handler. The mux's middleware sees it, as it sees
+// every other job's result.
 var ErrNoHandler = errors.New("sluice: no handler for job type")
 
 // ProcessJob dispatches job to the handler of its type.
@@ -70,7 +71,11 @@ func (mux *ServeMux) ProcessJob(ctx context.Context, job *Job) error {
 	mw := mux.mw
 	mux.mu.RUnlock()
 	if !ok {
-		return &permanentError{fmt.Errorf("%w %q", ErrNoHandler, job.Type)}
+		// As net/http's middleware sees a 404, this mux's middleware sees
+		// a job that no handler takes (to log it, count it).
+		h = HandlerFunc(func(context.Context, *Job) error {
+			return &permanentError{fmt.Errorf("%w %q", ErrNoHandler, job.Type)}
+		})
 	}
 	for i := len(mw) - 1; i >= 0; i-- {
 		h = mw[i](h)
