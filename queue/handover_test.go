@@ -58,7 +58,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err != nil || taken != 1 {
 					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
 				}
-				task := "sluice:" + job.key() + ":" + fmt.Sprint(job.Moves)
+				task := job.taskID()
 				ours := takeTask(t, client, k, task)
 
 				retry := job.maxRetry() - job.Retried

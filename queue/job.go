@@ -251,9 +251,10 @@ func (j *Job) key() string {
 	return j.ID + "@" + j.Nonce
 }
 
-// taskID is the asynq task id of the job's current hand-over: a repeated
-// hand-over (after a crash) is refused by asynq while the task exists,
-// and no other enqueue, even of the same ID, shares it.
+// taskID is the asynq task id of the job's current hand-over, as
+// queue_handover.lua writes it (that script computes it, and maxRetry and
+// timeout, itself; TestHandOverWritesWhatAsynqWrites holds the two equal):
+// no other hand-over, even of a job of the same ID, shares it.
 func (j *Job) taskID() string {
 	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }
