@@ -85,7 +85,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	}
 	n, _ := v[1].(int64)
 	s.cfg.Metrics.handedOver(int(n))
-	if more, _ := v[3].(int64); more == 1 {
+	if more, _ := v[2].(int64); more == 1 {
 		return 0, nil
 	}
 	// The prefetch is full, or the ring has no more: the workers' starts

@@ -20,23 +20,22 @@
 --          6 asynq's task key prefix, 7 the queue's name, 8 asynq's
 --          Retention (s)
 -- Uses     prelude.lua (int, clock), queue_handover.lua, queue_count.lua
--- Returns  {3, n, started, more}        n jobs handed over; more is 1
+-- Returns  {3, n, more}                 n jobs handed over; more is 1
 --                                       when the next claim should come
 --                                       at once (the batch was full and
 --                                       the prefetch has room, or a job
 --                                       to check is next), else 0
---          {1, tenant, envelope, started} a job to check before taking
---          {0, wait µs, started}        nothing ready; the next sleeper
+--          {1, tenant, envelope}        a job to check before taking
+--          {0, wait µs}                 nothing ready; the next sleeper
 --                                       wakes in wait µs (-1: none)
---          {2, handed over, started}    prefetch is full
---          started: jobs reconciled out of the depth by this call
+--          {2, handed over}             prefetch is full
 local H = {handed = KEYS[6], hinfo = KEYS[7], meta = KEYS[8], tdepth = KEYS[9], cdepth = KEYS[10],
   ids = KEYS[11], pending = KEYS[12], taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
 local now = clock(ARGV[3])
-local started = reconcile(H, 1000)
+reconcile(H, 1000)
 local handed = redis.call('ZCARD', KEYS[6])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
-if room <= 0 then return {2, handed, started} end
+if room <= 0 then return {2, handed} end
 local peek = ARGV[5] == '1'
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
@@ -82,7 +81,7 @@ while n < room and empties < 32 do
         redis.call('HDEL', KEYS[5], tenant)
       end
     end
-    if check then return {1, tenant, head, started} end
+    if check then return {1, tenant, head} end
     hand_over(H, head, tenant, now)
     n = n + 1
   end
@@ -90,12 +89,12 @@ end
 flush(H)
 if n > 0 then
   if n == tonumber(ARGV[4]) and tonumber(ARGV[1]) - handed > n then more = 1 end
-  return {3, n, started, more}
+  return {3, n, more}
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[2] then
   local wait = tonumber(first[2]) - now
   if wait < 0 then wait = 0 end
-  return {0, wait, started}
+  return {0, wait}
 end
-return {0, -1, started}
+return {0, -1}
