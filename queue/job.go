@@ -259,15 +259,21 @@ func (j *Job) taskID() string {
 	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }
 
+// encode writes the job's envelope: JSON of the Job.
 func (j *Job) encode() (string, error) {
 	b, err := json.Marshal(j)
 	return string(b), err
 }
 
+// decodeJob decodes an envelope: those encode writes by parseEnvelope,
+// anything else by encoding/json.
 func decodeJob(s []byte) (*Job, error) {
 	var j Job
-	if err := json.Unmarshal(s, &j); err != nil {
-		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
+	if !parseEnvelope(s, &j) {
+		j = Job{}
+		if err := json.Unmarshal(s, &j); err != nil {
+			return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
+		}
 	}
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
