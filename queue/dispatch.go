@@ -63,7 +63,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	}
 	s.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
 		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.cfg.Queue, s.retention).Slice()
 	if err != nil {
 		return 0, err
@@ -99,9 +99,12 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 // other tenants' jobs flow. Otherwise it takes the job and hands it over.
 func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 	k := s.keys
+	// A job that cannot be read has no throttle to check: it is taken, and
+	// asynq archives it (queue_handover.lua), rather than stopping every
+	// claim behind it.
 	job, err := decodeJob([]byte(env))
 	if err != nil {
-		return err
+		job = &Job{}
 	}
 	if key, d, ok := s.throttleFor(job); ok {
 		r, err := s.cfg.Throttle.Peek(ctx, key, d.Limit, job.cost())
@@ -118,7 +121,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 		}
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
-		[]string{k.tenantPrefix + enc, k.handed, k.hinfo, k.meta, k.asynqPending},
+		[]string{k.tenantPrefix + enc, k.handover, k.meta, k.asynqPending},
 		env, enc, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
@@ -137,5 +140,5 @@ func (s *Server) Reconcile(ctx context.Context) (int, error) {
 }
 
 func reconcile(ctx context.Context, c redis.Scripter, k keys) (int, error) {
-	return scripts.QueueReconcile.Run(ctx, c, []string{k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids}, k.asynqTask).Int()
+	return scripts.QueueReconcile.Run(ctx, c, []string{k.handover, k.meta, k.tdepth, k.cdepth, k.ids}, k.asynqTask).Int()
 }

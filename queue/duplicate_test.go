@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ import (
 // may write, admission state under algs included.
 func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
 	k := p.keys
-	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handed, k.hinfo, k.ids}
+	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
 	for _, tenant := range tenants {
 		enc, list, _ := k.tenant(tenant)
 		keys = append(keys, list, k.admission("none", enc))
@@ -223,7 +224,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 		empty := func() bool {
 			st, err := p.Stats(ctx)
 			td, err2 := p.TenantDepth(ctx, "a")
-			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handed, p.keys.hinfo).Result()
+			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handover).Result()
 			return err == nil && err2 == nil && err3 == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0 && td == 0 && n == 0
 		}
 		waitFor(t, 20*time.Second, "5 jobs to run and the queue to empty", func() bool { return rec.count() >= 5 && empty() })
@@ -388,18 +389,19 @@ func TestReconcileByTaskState(t *testing.T) {
 		if _, err := s.dispatchOne(ctx); err != nil {
 			t.Fatal(err)
 		}
-		infos, err := client.HGetAll(ctx, p.keys.hinfo).Result()
-		if err != nil || len(infos) != 4 {
-			t.Fatalf("handed-over jobs %v, %v; want 4", infos, err)
+		entries, err := client.LRange(ctx, p.keys.handover, 0, -1).Result()
+		if err != nil || len(entries) != 4 {
+			t.Fatalf("handed-over jobs %q, %v; want 4", entries, err)
 		}
+		enc, _, _ := p.keys.tenant("a")
 		task := map[string]string{} // job id -> asynq task id
-		for key, info := range infos {
-			f := strings.Fields(info)
-			id, nonce, _ := strings.Cut(key, "@")
-			if len(f) != 4 || f[0] != "sluice:"+key+":0" || f[2] != id || f[3] != "default" || len(nonce) != 16 {
-				t.Fatalf("hinfo %q: %q; want <task id> <tenant> <id> <class> of key <id>@<16 hex digits>", key, info)
+		for i, entry := range entries {
+			f := strings.Fields(entry)
+			if len(f) != 4 || f[0] != enc || f[2] != ids[i] || f[3] != "default" ||
+				!regexp.MustCompile(`^sluice:`+ids[i]+`@[0-9a-f]{16}:0$`).MatchString(f[1]) {
+				t.Fatalf("entry %d: %q; want <tenant> <task id> <id> <class> of job %s, in the order of the hand-over", i, entry, ids[i])
 			}
-			task[id] = f[0]
+			task[ids[i]] = f[1]
 		}
 		pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
 		if err != nil || !slices.Equal(pending, []string{task["j3"], task["j2"], task["j1"], task["j0"]}) {
@@ -458,7 +460,7 @@ func TestReconcileByTaskState(t *testing.T) {
 		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
 			t.Fatalf("tenant depth %d, %v; want 1", td, err)
 		}
-		if n, err := client.Exists(ctx, p.keys.handed, p.keys.hinfo).Result(); err != nil || n != 0 {
+		if n, err := client.Exists(ctx, p.keys.handover).Result(); err != nil || n != 0 {
 			t.Fatalf("%d handed-over keys left, %v; want none", n, err)
 		}
 	})
@@ -498,13 +500,13 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		}
 		// The claim hands it over under its bare id.
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handed, k.hinfo, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
 			10, k.tenantPrefix, "", 32, "0", k.asynqTask, cfg.Queue, 3600).Slice()
 		if err != nil || len(v) != 3 || v[0] != int64(3) || v[1] != int64(1) {
 			t.Fatalf("claim: %v, %v; want one job handed over", v, err)
 		}
-		if members, err := client.ZRange(ctx, k.handed, 0, -1).Result(); err != nil || len(members) != 1 || members[0] != "old-1" {
-			t.Fatalf("handed over: %q, %v; want the bare id", members, err)
+		if entries, err := client.LRange(ctx, k.handover, 0, -1).Result(); err != nil || len(entries) != 1 || entries[0] != enc+" sluice:old-1:0 old-1 default" {
+			t.Fatalf("handed over: %q, %v; want the bare id's task", entries, err)
 		}
 		if n, err := client.Exists(ctx, k.asynqTask+"sluice:old-1:0").Result(); err != nil || n != 1 {
 			t.Fatalf("asynq task sluice:old-1:0: %d, %v; want it", n, err)
@@ -513,7 +515,7 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
 		waitFor(t, 10*time.Second, "the old job to run and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, k.ids, k.handed, k.hinfo).Result()
+			n, err2 := client.Exists(ctx, k.ids, k.handover).Result()
 			return rec.count() == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
 		})
 		rec.mu.Lock()

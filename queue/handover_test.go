@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/scripts"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // TestHandOverWritesWhatAsynqWrites: a job handed over by the waiting
@@ -53,7 +56,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err := client.RPush(ctx, list, env).Err(); err != nil {
 					t.Fatal(err)
 				}
-				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handed, k.hinfo, k.meta, k.asynqPending},
+				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handover, k.meta, k.asynqPending},
 					env, enc, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
 				if err != nil || taken != 1 {
 					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
@@ -112,7 +115,7 @@ func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map
 	if err != nil || len(pending) != 1 || pending[0] != id {
 		t.Fatalf("pending list %q, %v; want [%s]", pending, err, id)
 	}
-	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending, k.handed, k.hinfo).Err(); err != nil {
+	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending, k.handover).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -265,7 +268,7 @@ func TestEarlierKeyLayoutRefused(t *testing.T) {
 
 // TestUndecodableEnvelopeArchived: text in a tenant's list that is not an
 // envelope sluice wrote (not JSON, an id or a type a producer would have
-// refused) does not block the claims behind it: it is handed over as
+// refused, or none) does not block the claims behind it: it is handed over as
 // sluice.undecodable, the worker cannot decode it either, and asynq
 // archives it, where asynqmon shows it. The jobs around it run, and the
 // counts end at zero.
@@ -275,7 +278,12 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		cfg, p := testProducer(t, client, 100)
 		k := p.keys
 		enc, list, _ := k.tenant("a")
-		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`}
+		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`,
+			`{"id":"","type":"x"}`, `{"type":"x"}`,
+			// Lua reads it, Go does not (no tenant): the dispatcher, which
+			// checks the throttle of jobs that name a downstream, cannot
+			// read it, and takes it unchecked.
+			`{"id":"no-tenant","type":"x","downstream":"api"}`}
 		if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
 			t.Fatal(err)
 		}
@@ -293,8 +301,16 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
 			t.Fatal(err)
 		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, rec)
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) {
+				return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"
+			}}, rec)
 		ins := asynq.NewInspectorFromRedisClient(client)
 		waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
 			archived, err := ins.ListArchivedTasks(cfg.Queue)
@@ -320,5 +336,71 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 			st, err := p.Stats(ctx)
 			return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
 		})
+	})
+}
+
+// TestEarlierHandedOverMoved: the handed-over jobs that the version
+// before the handover list recorded (a sorted set in hand-over order, and
+// a hash of "<task id> <tenant> <id> <class>") are moved into the list at
+// start, oldest first and ahead of entries already there, and are then
+// counted out as asynq gives them to workers.
+func TestEarlierHandedOverMoved(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		k := p.keys
+		for i := range 4 {
+			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprintf("j%d", i), Tenant: "a", Type: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := NewServer(client, ServerConfig{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.dispatchOne(ctx); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := client.LRange(ctx, k.handover, 0, -1).Result()
+		if err != nil || len(entries) != 4 {
+			t.Fatalf("entries %q, %v; want 4", entries, err)
+		}
+		// The first three as the earlier version recorded them; the last
+		// as this one did.
+		var tasks []string
+		for i, e := range entries[:3] {
+			f := strings.Fields(e) // <tenant> <task id> <id> <class>
+			key := strings.TrimSuffix(strings.TrimPrefix(f[1], "sluice:"), ":0")
+			if err := client.ZAdd(ctx, k.oldHanded, redis.Z{Score: float64(1000 + i), Member: key}).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := client.HSet(ctx, k.oldHinfo, key, f[1]+" "+f[0]+" "+f[2]+" "+f[3]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			tasks = append(tasks, f[1])
+		}
+		if err := client.LTrim(ctx, k.handover, 3, -1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.checkLegacy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		moved, err := client.LRange(ctx, k.handover, 0, -1).Result()
+		if err != nil || !slices.Equal(moved, entries) {
+			t.Fatalf("after the move %q, %v; want %q", moved, err, entries)
+		}
+		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo).Result(); err != nil || n != 0 {
+			t.Fatalf("%d earlier keys left, %v; want none", n, err)
+		}
+		// asynq gives the two oldest to workers: they leave the depth.
+		for _, task := range tasks[:2] {
+			if err := client.HSet(ctx, k.asynqTask+task, "state", "active").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := p.Stats(ctx)
+		if err != nil || st.Depth != 2 || st.HandedOver != 2 {
+			t.Fatalf("stats %+v, %v; want depth 2, 2 handed over", st, err)
+		}
 	})
 }

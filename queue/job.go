@@ -233,6 +233,14 @@ func (j *Job) maxRetry() int {
 	return j.MaxRetry
 }
 
+// class is the job's metrics class as the queue's counts record it.
+func (j *Job) class() string {
+	if j.Class == "" {
+		return "default"
+	}
+	return j.Class
+}
+
 func (j *Job) timeout() time.Duration {
 	if j.Timeout == 0 {
 		return 30 * time.Minute

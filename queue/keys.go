@@ -17,13 +17,16 @@ const DefaultPrefix = "sluice:q"
 // Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
 // tag is the name as it is.
 type keys struct {
-	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handed, hinfo, ids string
-	tenantPrefix, admPrefix                                                        string
+	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handover, ids string
+	tenantPrefix, admPrefix                                                   string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
 	// legacyMeta and legacyHanded are keys of the layout before the tag
 	// was asynq's ({=Q}); a waiting room there is refused at start.
 	legacyMeta, legacyHanded string
+	// oldHanded and oldHinfo held the handed-over jobs before handover
+	// (a sorted set and a hash); Server.Start moves them there.
+	oldHanded, oldHinfo string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -43,8 +46,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		weights:      k("weights"),
 		turns:        k("turns"),
 		sleep:        k("sleep"),
-		handed:       k("handed"),
-		hinfo:        k("hinfo"),
+		handover:     k("handover"),
 		ids:          k("ids"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
@@ -52,6 +54,8 @@ func newKeys(prefix, queue string) (keys, error) {
 		asynqTask:    "asynq:{" + queue + "}:t:",
 		legacyMeta:   legacyMeta,
 		legacyHanded: legacyHanded,
+		oldHanded:    k("handed"),
+		oldHinfo:     k("hinfo"),
 	}, nil
 }
 

@@ -270,7 +270,7 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	}
 	pipe := c.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
-	handed := pipe.ZCard(ctx, k.handed)
+	handed := pipe.LLen(ctx, k.handover)
 	tenants := pipe.HLen(ctx, k.tdepth)
 	sleeping := pipe.ZCard(ctx, k.sleep)
 	classes := pipe.HGetAll(ctx, k.cdepth)

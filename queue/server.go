@@ -162,7 +162,8 @@ func (s *Server) Start(h Handler) error {
 
 // checkLegacy refuses a queue whose waiting room holds jobs under the key
 // layout before the queue's keys took asynq's hash tag ({=Q} instead of
-// {Q}): this version would never drain them.
+// {Q}): this version would never drain them. It moves the handed-over
+// jobs of the version before the handover list into it.
 func (s *Server) checkLegacy(ctx context.Context) error {
 	pipe := s.client.Pipeline()
 	depth := pipe.HGet(ctx, s.keys.legacyMeta, "depth")
@@ -175,6 +176,12 @@ func (s *Server) checkLegacy(ctx context.Context) error {
 		return fmt.Errorf("sluice: queue %q: %d jobs wait in the key layout of an earlier sluice version (%s); "+
 			"drain them with that version's workers before starting this one (docs/queue.md, Upgrading)",
 			s.cfg.Queue, waiting, s.keys.legacyMeta)
+	}
+	// The version before the handover list recorded handed-over jobs in
+	// a sorted set and a hash: move them, or they would never be counted
+	// out of the depth.
+	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{s.keys.oldHanded, s.keys.oldHinfo, s.keys.handover}).Err(); err != nil {
+		return fmt.Errorf("sluice: queue %q: moving handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
 	}
 	return nil
 }
@@ -314,6 +321,8 @@ func (s *Server) left() {
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
+	// The entry of the hand-over that brought the job here.
+	entry := enc + " " + job.taskID() + " " + job.ID + " " + job.class()
 	job.Moves++
 	env, err := job.encode()
 	if err != nil {
@@ -322,8 +331,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handed, k.hinfo, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
-		job.key(), env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class, job.ID).Err(); err != nil {
+		[]string{list, k.handover, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
+		entry, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class, job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

@@ -538,14 +538,14 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 	}
 	// The waiting room's keys carry asynq's hash tag, {<queue>}.
 	tag := "{" + queueName + "}"
-	handed, err := rdb.HKeys(ctx, queue.DefaultPrefix+":hinfo:"+tag).Result()
+	// Entries "<tenant> <task id> <job id> <class>".
+	handed, err := rdb.LRange(ctx, queue.DefaultPrefix+":handover:"+tag, 0, -1).Result()
 	if err != nil {
 		return nil, err
 	}
-	for _, key := range handed {
-		id, _, _ := strings.Cut(key, "@") // <job id>@<nonce>
-		if where[id] == "" {
-			where[id] = "handed"
+	for _, entry := range handed {
+		if f := strings.Fields(entry); len(f) == 4 && where[f[2]] == "" {
+			where[f[2]] = "handed"
 		}
 	}
 	prefix := queue.DefaultPrefix + ":t:" + tag

@@ -10,8 +10,8 @@
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 handed-over
---          jobs, 7 their hinfo, 8 meta hash, 9 per-tenant depth hash,
---          10 per-class depth hash, 11 ids hash, 12 asynq's pending list
+--          jobs' entries, 7 meta hash, 8 per-tenant depth hash,
+--          9 per-class depth hash, 10 ids hash, 11 asynq's pending list
 --          (see queue_handover.lua)
 -- ARGV     1 prefetch (most handed-over jobs at once), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
@@ -29,11 +29,11 @@
 --          {0, wait µs}                 nothing ready; the next sleeper
 --                                       wakes in wait µs (-1: none)
 --          {2, handed over}             prefetch is full
-local H = {handed = KEYS[6], hinfo = KEYS[7], meta = KEYS[8], tdepth = KEYS[9], cdepth = KEYS[10],
-  ids = KEYS[11], pending = KEYS[12], taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
+local H = {handover = KEYS[6], meta = KEYS[7], tdepth = KEYS[8], cdepth = KEYS[9], ids = KEYS[10],
+  pending = KEYS[11], taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
 local now = clock(ARGV[3])
 reconcile(H, 1000)
-local handed = redis.call('ZCARD', KEYS[6])
+local handed = redis.call('LLEN', KEYS[6])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
 if room <= 0 then return {2, handed} end
 local peek = ARGV[5] == '1'
@@ -46,20 +46,33 @@ local n, empties, more = 0, 0, 0
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
 local weights, weighted = {}, redis.call('HLEN', KEYS[4]) > 0
+-- A tenant alone in the ring takes the whole batch in one pop, unless its
+-- jobs must be shown one by one.
+local alone = not peek and redis.call('LLEN', KEYS[1]) == 1
 while n < room and empties < 32 do
   -- The head tenant takes its turn: rotated to the tail at once, and back
   -- to the head if its weight gives it more turns.
   local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
   if not tenant then break end
   local list = ARGV[2] .. tenant
-  local head = redis.call('LPOP', list)
+  local head
+  if alone then
+    alone = false
+    head = redis.call('LPOP', list, room - n)
+    if head then
+      for _, h in ipairs(head) do hand_over(H, h, tenant, now) end
+      n = n + #head
+    end
+  else
+    head = redis.call('LPOP', list)
+  end
   if not head then
     empties = empties + 1
     redis.call('RPOP', KEYS[1])
     redis.call('SREM', KEYS[3], tenant)
     redis.call('HDEL', KEYS[4], tenant)
     redis.call('HDEL', KEYS[5], tenant)
-  else
+  elseif type(head) == 'string' then
     -- Payloads are base64 in the envelope, and string fields escape
     -- their quotes, so this text only ever is the downstream field.
     local check = peek and string.find(head, '"downstream":"', 1, true)

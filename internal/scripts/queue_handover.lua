@@ -2,12 +2,11 @@
 -- (queue_claim.lua, queue_take.lua). Defines no keys and reads no
 -- arguments: callers pass a table H of names and settings, all under the
 -- queue's hash tag, which is asynq's own:
---   H.handed     sorted set: handed-over jobs by job key, scored in the
---                order they were pushed onto asynq's pending list
---   H.hinfo      hash: job key -> "<task id> <tenant> <id> <class>"
+--   H.handover   list: an entry per handed-over job not yet counted out,
+--                "<tenant> <task id> <id> <class>", in the order of the
+--                pushes onto asynq's pending list
 --   H.meta       hash: depth (jobs waiting, or handed over and not yet
---                taken by a worker),
---                handseq (the last handed score)
+--                taken by a worker), undecodable (a counter)
 --   H.tdepth, H.cdepth, H.ids   per-tenant, per-class and per-id counts
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
@@ -19,7 +18,7 @@
 -- pending_since (ns), and the task id pushed on the pending list. The
 -- step that takes it out of the waiting room does it, so a job is never
 -- taken without being handed over. queue's TestHandOverWritesWhatAsynqWrites
--- bytes against asynq's own Client.
+-- compares the bytes with asynq's own Client.
 -- Uses prelude.lua (int).
 
 -- Protocol buffers, the two wire types asynq's TaskMessage needs here,
@@ -46,25 +45,17 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
--- hand_over writes the job whose envelope is env (tenant enc) into asynq
--- and records it as handed over; flush(H) ends a batch of them. now is in
--- µs. Returns the job key.
-local function hand_over(H, env, enc, now)
-  if not H.seq then
-    H.seq = tonumber(redis.call('HGET', H.meta, 'handseq') or '0')
-    H.zadd, H.info, H.push, H.types = {}, {}, {}, {}
-    -- The fields every task of the queue shares: queue and retention.
-    H.tail = pb_bytes(4, H.queue)
-    H.retain = pb_uint(12, H.retention)
-  end
-  H.seq = math.max(H.seq + 1, now)
+-- message returns the task id of the job of envelope env, "<task id>
+-- <id> <class>" for its entry, and its asynq message without Retention
+-- (queue.Job's taskID, maxRetry, timeout and class are the same in Go).
+-- Text that is not an envelope sluice wrote is handed over all the same,
+-- so that it does not block every claim behind it: the worker cannot
+-- decode it either and asynq archives it, where asynqmon shows it.
+local function message(H, env)
   local ok, j = pcall(cjson.decode, env)
   if not ok or type(j) ~= 'table' or type(j.id) ~= 'string' or not string.find(j.id, '^[%w_.:%-]+$')
       or type(j.type) ~= 'string' or #j.type > 256 or not string.find(j.type, '^[%w_.:/%-]+$') then
-    -- Not an envelope sluice wrote. It is handed over all the same, so
-    -- that it does not block every claim behind it: the worker cannot
-    -- decode it either and asynq archives it, where asynqmon shows it.
-    j = {id = 'undecodable-' .. int(H.seq), type = 'sluice.undecodable'}
+    j = {id = 'undecodable-' .. redis.call('HINCRBY', H.meta, 'undecodable', 1), type = 'sluice.undecodable'}
   end
   local key = j.id
   if type(j.nonce) == 'string' and string.find(j.nonce, '^%x+$') then key = key .. '@' .. j.nonce end
@@ -75,9 +66,9 @@ local function hand_over(H, env, enc, now)
   retry = math.max(retry - math.floor(tonumber(j.retried) or 0), 0)
   local timeout = tonumber(j.timeout) or 0
   if timeout <= 0 then timeout = 1800 else timeout = math.floor(timeout / 1e9) end
-  -- The task id is new: the nonce is random for each enqueue, and moves
-  -- counts the job's hand-overs.
   local task = 'sluice:' .. key .. ':' .. int(math.floor(tonumber(j.moves) or 0))
+  local class = j.class
+  if type(class) ~= 'string' or class == '' then class = 'default' end
   local typ = H.types[j.type]
   if not typ then
     typ = pb_bytes(1, j.type)
@@ -86,25 +77,31 @@ local function hand_over(H, env, enc, now)
   -- Fields in number order, as asynq's Client (Go's protobuf) writes them.
   local msg = typ .. '\18' .. varint(#env) .. env .. '\26' .. varint(#task) .. task .. H.tail
     .. pb_uint(5, retry) .. pb_uint(8, timeout) .. H.retain
-  redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', int(now) .. '000')
-  local z, i = H.zadd, H.info
-  z[#z + 1] = int(H.seq)
-  z[#z + 1] = key
-  i[#i + 1] = key
-  local class = j.class
-  if type(class) ~= 'string' or class == '' then class = 'default' end
-  i[#i + 1] = task .. ' ' .. enc .. ' ' .. j.id .. ' ' .. class
+  return task, task .. ' ' .. j.id .. ' ' .. class, msg
+end
+
+-- hand_over writes the job of envelope env (tenant enc) into asynq and
+-- records it as handed over; flush(H) ends a batch of them. now is in µs.
+local function hand_over(H, env, enc, now)
+  if not H.push then
+    H.push, H.entries, H.types = {}, {}, {}
+    H.since = int(now) .. '000'
+    -- The fields every task of the queue shares: queue and retention.
+    H.tail = pb_bytes(4, H.queue)
+    H.retain = pb_uint(12, H.retention)
+  end
+  local task, header, msg = message(H, env)
+  redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', H.since)
+  H.entries[#H.entries + 1] = enc .. ' ' .. header
   H.push[#H.push + 1] = task
-  return key
 end
 
 -- flush writes what hand_over batched: the pending list's pushes, in
--- order (asynq dequeues from the other end), the handed scores and hinfo.
+-- order (asynq dequeues from the other end), and the handed-over entries
+-- in the same order.
 local function flush(H)
-  if not H.seq or #H.push == 0 then return end
+  if not H.push or #H.push == 0 then return end
   redis.call('LPUSH', H.pending, unpack(H.push))
-  redis.call('ZADD', H.handed, unpack(H.zadd))
-  redis.call('HSET', H.hinfo, unpack(H.info))
-  redis.call('HSET', H.meta, 'handseq', int(H.seq))
-  H.push, H.zadd, H.info = {}, {}, {}
+  redis.call('RPUSH', H.handover, unpack(H.entries))
+  H.push, H.entries = {}, {}
 end

@@ -1,14 +1,14 @@
 -- Take a tenant's oldest job out of the waiting room and hand it to asynq
 -- (queue_handover.lua), if it is still the job the dispatcher claimed. The
 -- job stays counted in the queue's depth until asynq gives it to a worker.
--- KEYS     1 the tenant's list, 2 handed-over jobs, 3 their hinfo, 4 meta
---          hash, 5 asynq's pending list
+-- KEYS     1 the tenant's list, 2 handed-over jobs' entries, 3 meta hash,
+--          4 asynq's pending list
 -- ARGV     1 the claimed envelope, 2 the tenant (encoded), 3 now in µs or
 --          "" for TIME, 4 asynq's task key prefix, 5 the queue's name,
 --          6 asynq's Retention (s)
 -- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  1 taken, 0 the head changed (another dispatcher took it)
-local H = {handed = KEYS[2], hinfo = KEYS[3], meta = KEYS[4], pending = KEYS[5],
+local H = {handover = KEYS[2], meta = KEYS[3], pending = KEYS[4],
   taskprefix = ARGV[4], queue = ARGV[5], retention = tonumber(ARGV[6])}
 local now = clock(ARGV[3])
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end

@@ -107,6 +107,8 @@ var (
 	queueHandoverSrc string
 	//go:embed queue_count.lua
 	queueCountSrc string
+	//go:embed queue_migrate.lua
+	queueMigrateSrc string
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -131,4 +133,5 @@ var (
 	QueueReconcile = redis.NewScript(preludeSrc + queueCountSrc + queueReconcileSrc)
 	QueueUntake    = redis.NewScript(preludeSrc + queueUntakeSrc)
 	QueueSleep     = redis.NewScript(preludeSrc + queueSleepSrc)
+	QueueMigrate   = redis.NewScript(queueMigrateSrc)
 )
