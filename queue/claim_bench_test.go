@@ -44,7 +44,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	k := p.keys
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
 			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, cfg.Queue, 0).Slice()
 		if err != nil {
 			b.Fatal(err)

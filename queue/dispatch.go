@@ -63,7 +63,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	}
 	s.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
 		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.cfg.Queue, s.retention).Slice()
 	if err != nil {
 		return 0, err
@@ -121,8 +121,8 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 		}
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
-		[]string{k.tenantPrefix + enc, k.handover, k.meta, k.asynqPending},
-		env, enc, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
+		[]string{k.tenantPrefix + enc, k.handover, k.meta, k.cdepth, k.asynqPending},
+		env, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}
@@ -140,5 +140,5 @@ func (s *Server) Reconcile(ctx context.Context) (int, error) {
 }
 
 func reconcile(ctx context.Context, c redis.Scripter, k keys) (int, error) {
-	return scripts.QueueReconcile.Run(ctx, c, []string{k.handover, k.meta, k.tdepth, k.cdepth, k.ids}, k.asynqTask).Int()
+	return scripts.QueueReconcile.Run(ctx, c, []string{k.handover, k.meta, k.ids}, k.asynqTask).Int()
 }

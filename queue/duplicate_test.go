@@ -29,7 +29,7 @@ import (
 // may write, admission state under algs included.
 func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
 	k := p.keys
-	keys := []string{k.meta, k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
+	keys := []string{k.meta, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
 	for _, tenant := range tenants {
 		enc, list, _ := k.tenant(tenant)
 		keys = append(keys, list, k.admission("none", enc))
@@ -349,6 +349,13 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		if n := idCount(t, client, p, "same"); n != 1 {
 			t.Fatalf("the put-back job's id counted %d times; want 1", n)
 		}
+		// Back in the waiting room: in its tenant's backlog and its class.
+		if st, err := p.Stats(ctx); err != nil || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {
+			t.Fatalf("classes %v, %v; want the put-back job waiting in class default", st.ByClass, err)
+		}
+		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
+			t.Fatalf("tenant depth %d, %v; want the put-back job", td, err)
+		}
 		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
 		wantDuplicate(t, err, cfg, "same")
 
@@ -357,7 +364,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		waitFor(t, 10*time.Second, "the first job to run again and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
 			n, err2 := client.Exists(ctx, p.keys.ids).Result()
-			return ran("first") == 2 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
+			return ran("first") == 2 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
 		})
 		if ran("second") != 1 || ran("third") != 0 || ran("fourth") != 0 {
 			t.Fatalf("runs %v; want first twice (put back once), second once, no others", runs)
@@ -393,19 +400,25 @@ func TestReconcileByTaskState(t *testing.T) {
 		if err != nil || len(entries) != 4 {
 			t.Fatalf("handed-over jobs %q, %v; want 4", entries, err)
 		}
-		enc, _, _ := p.keys.tenant("a")
 		task := map[string]string{} // job id -> asynq task id
 		for i, entry := range entries {
 			f := strings.Fields(entry)
-			if len(f) != 4 || f[0] != enc || f[2] != ids[i] || f[3] != "default" ||
-				!regexp.MustCompile(`^sluice:`+ids[i]+`@[0-9a-f]{16}:0$`).MatchString(f[1]) {
-				t.Fatalf("entry %d: %q; want <tenant> <task id> <id> <class> of job %s, in the order of the hand-over", i, entry, ids[i])
+			if len(f) != 2 || f[1] != ids[i] || !regexp.MustCompile(`^sluice:`+ids[i]+`@[0-9a-f]{16}:0$`).MatchString(f[0]) {
+				t.Fatalf("entry %d: %q; want <task id> <id> of job %s, in the order of the hand-over", i, entry, ids[i])
 			}
-			task[ids[i]] = f[1]
+			task[ids[i]] = f[0]
 		}
 		pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
 		if err != nil || !slices.Equal(pending, []string{task["j3"], task["j2"], task["j1"], task["j0"]}) {
 			t.Fatalf("asynq's pending list %q, %v; want the tasks pushed in the order of the jobs", pending, err)
+		}
+		// Handed over, they are in the queue's depth, but no longer in
+		// their tenant's backlog or their class's count of waiting jobs.
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 4 || st.HandedOver != 4 || len(st.ByClass) != 0 || st.Tenants != 0 {
+			t.Fatalf("stats after the hand-over %+v, %v; want depth 4, 4 handed over, no class, no tenant waiting", st, err)
+		}
+		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 0 {
+			t.Fatalf("tenant depth after the hand-over %d, %v; want 0", td, err)
 		}
 		counts := func() (depth int64, handed int64) {
 			t.Helper()
@@ -493,19 +506,18 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		pipe.SAdd(ctx, k.members, enc)
 		pipe.RPush(ctx, k.ring, enc)
 		pipe.HIncrBy(ctx, k.meta, "depth", 1)
-		pipe.HIncrBy(ctx, k.tdepth, enc, 1)
 		pipe.HIncrBy(ctx, k.cdepth, "default", 1)
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// The claim hands it over under its bare id.
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.tdepth, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
 			10, k.tenantPrefix, "", 32, "0", k.asynqTask, cfg.Queue, 3600).Slice()
 		if err != nil || len(v) != 3 || v[0] != int64(3) || v[1] != int64(1) {
 			t.Fatalf("claim: %v, %v; want one job handed over", v, err)
 		}
-		if entries, err := client.LRange(ctx, k.handover, 0, -1).Result(); err != nil || len(entries) != 1 || entries[0] != enc+" sluice:old-1:0 old-1 default" {
+		if entries, err := client.LRange(ctx, k.handover, 0, -1).Result(); err != nil || len(entries) != 1 || entries[0] != "sluice:old-1:0 old-1" {
 			t.Fatalf("handed over: %q, %v; want the bare id's task", entries, err)
 		}
 		if n, err := client.Exists(ctx, k.asynqTask+"sluice:old-1:0").Result(); err != nil || n != 1 {

@@ -476,10 +476,10 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 				keys := tg.keys(t)
 				checkKeyNames(t, keys, cfg.Queue)
 				// One list and one admission key per tenant, plus meta,
-				// tdepth, cdepth, ring, members and ids (no weights: every
-				// tenant has the default weight 1, which is not stored).
-				if len(keys) != 2*len(tenants)+6 {
-					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+6, keys)
+				// cdepth, ring, members and ids (no weights: every tenant
+				// has the default weight 1, which is not stored).
+				if len(keys) != 2*len(tenants)+5 {
+					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+5, keys)
 				}
 			}
 
@@ -536,7 +536,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 					return left
 				}
 				k := p.keys
-				check := []string{k.tdepth, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
+				check := []string{k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
 				for _, tenant := range tenants {
 					_, list, _ := k.tenant(tenant)
 					check = append(check, list)

@@ -52,12 +52,12 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				enc, list, _ := k.tenant(job.Tenant)
+				_, list, _ := k.tenant(job.Tenant)
 				if err := client.RPush(ctx, list, env).Err(); err != nil {
 					t.Fatal(err)
 				}
-				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handover, k.meta, k.asynqPending},
-					env, enc, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
+				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handover, k.meta, k.cdepth, k.asynqPending},
+					env, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
 				if err != nil || taken != 1 {
 					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
 				}
@@ -277,7 +277,7 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
 		k := p.keys
-		enc, list, _ := k.tenant("a")
+		_, list, _ := k.tenant("a")
 		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`,
 			`{"id":"","type":"x"}`, `{"type":"x"}`,
 			// Lua reads it, Go does not (no tenant): the dispatcher, which
@@ -292,7 +292,6 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		for _, b := range bad {
 			pipe.RPush(ctx, list, b)
 			pipe.HIncrBy(ctx, k.meta, "depth", 1)
-			pipe.HIncrBy(ctx, k.tdepth, enc, 1)
 			pipe.HIncrBy(ctx, k.cdepth, "default", 1)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -343,7 +342,10 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 // before the handover list recorded (a sorted set in hand-over order, and
 // a hash of "<task id> <tenant> <id> <class>") are moved into the list at
 // start, oldest first and ahead of entries already there, and are then
-// counted out as asynq gives them to workers.
+// counted out as asynq gives them to workers. That version counted them
+// in their class (this one counts waiting jobs only) and kept per-tenant
+// counts (this one reads the tenant's list): the classes lose them, and
+// the per-tenant counts go.
 func TestEarlierHandedOverMoved(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
@@ -368,16 +370,24 @@ func TestEarlierHandedOverMoved(t *testing.T) {
 		// The first three as the earlier version recorded them; the last
 		// as this one did.
 		var tasks []string
+		enc, _, _ := k.tenant("a")
 		for i, e := range entries[:3] {
-			f := strings.Fields(e) // <tenant> <task id> <id> <class>
-			key := strings.TrimSuffix(strings.TrimPrefix(f[1], "sluice:"), ":0")
+			f := strings.Fields(e) // <task id> <id>
+			key := strings.TrimSuffix(strings.TrimPrefix(f[0], "sluice:"), ":0")
 			if err := client.ZAdd(ctx, k.oldHanded, redis.Z{Score: float64(1000 + i), Member: key}).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := client.HSet(ctx, k.oldHinfo, key, f[1]+" "+f[0]+" "+f[2]+" "+f[3]).Err(); err != nil {
+			if err := client.HSet(ctx, k.oldHinfo, key, f[0]+" "+enc+" "+f[1]+" default").Err(); err != nil {
 				t.Fatal(err)
 			}
-			tasks = append(tasks, f[1])
+			tasks = append(tasks, f[0])
+		}
+		// What that version counted for them.
+		if err := client.HIncrBy(ctx, k.cdepth, "default", 3).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.HSet(ctx, k.oldTdepth, enc, 4).Err(); err != nil {
+			t.Fatal(err)
 		}
 		if err := client.LTrim(ctx, k.handover, 3, -1).Err(); err != nil {
 			t.Fatal(err)
@@ -389,7 +399,7 @@ func TestEarlierHandedOverMoved(t *testing.T) {
 		if err != nil || !slices.Equal(moved, entries) {
 			t.Fatalf("after the move %q, %v; want %q", moved, err, entries)
 		}
-		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo).Result(); err != nil || n != 0 {
+		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo, k.oldTdepth, k.cdepth).Result(); err != nil || n != 0 {
 			t.Fatalf("%d earlier keys left, %v; want none", n, err)
 		}
 		// asynq gives the two oldest to workers: they leave the depth.

@@ -17,16 +17,17 @@ const DefaultPrefix = "sluice:q"
 // Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
 // tag is the name as it is.
 type keys struct {
-	meta, tdepth, cdepth, ring, members, weights, turns, sleep, handover, ids string
-	tenantPrefix, admPrefix                                                   string
+	meta, cdepth, ring, members, weights, turns, sleep, handover, ids string
+	tenantPrefix, admPrefix                                           string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
 	// legacyMeta and legacyHanded are keys of the layout before the tag
 	// was asynq's ({=Q}); a waiting room there is refused at start.
 	legacyMeta, legacyHanded string
 	// oldHanded and oldHinfo held the handed-over jobs before handover
-	// (a sorted set and a hash); Server.Start moves them there.
-	oldHanded, oldHinfo string
+	// (a sorted set and a hash), and oldTdepth per-tenant counts, in the
+	// version before this one; Server.Start moves and deletes them.
+	oldHanded, oldHinfo, oldTdepth string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -39,7 +40,6 @@ func newKeys(prefix, queue string) (keys, error) {
 	legacyHanded, _ := keyspace.Key(prefix, "handed", queue)
 	return keys{
 		meta:         k("meta"),
-		tdepth:       k("tdepth"),
 		cdepth:       k("cdepth"),
 		ring:         k("ring"),
 		members:      k("members"),
@@ -56,6 +56,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		legacyHanded: legacyHanded,
 		oldHanded:    k("handed"),
 		oldHinfo:     k("hinfo"),
+		oldTdepth:    k("tdepth"),
 	}, nil
 }
 

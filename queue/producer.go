@@ -196,15 +196,15 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	k := p.keys
 	enqueue := func() ([]int64, error) {
 		return scripts.QueueEnqueue(alg).Run(ctx, p.client,
-			[]string{k.meta, k.tdepth, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
+			[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
 			p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
 			adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
 	}
 	v, err := enqueue()
-	if err == nil && len(v) == 5 && (v[0] == 1 || v[0] == 2 || v[0] == 4) {
-		// Refused for a bound or an id: the counts may still hold jobs
-		// that workers took since the last claim. Count those out, and if
-		// there were any, ask again (once).
+	if err == nil && len(v) == 5 && (v[0] == 1 || v[0] == 4) {
+		// Refused for the queue's bound or an id: the depth and the ids
+		// may still hold jobs that workers took since the last claim.
+		// Count those out, and if there were any, ask again (once).
 		var n int
 		if n, err = reconcile(ctx, p.client, k); err == nil && n > 0 {
 			v, err = enqueue()
@@ -249,11 +249,13 @@ type Stats struct {
 	// HandedOver counts jobs handed to asynq and not yet taken by a
 	// worker.
 	HandedOver int64
-	// Tenants counts tenants with jobs in the queue.
+	// Tenants counts tenants with jobs waiting (in the round-robin, or
+	// asleep until their throttle has room).
 	Tenants int64
 	// Sleeping counts tenants skipped until their throttle has room.
 	Sleeping int64
-	// ByClass counts Depth per tenant metrics class.
+	// ByClass counts the jobs waiting (not yet handed to asynq) per
+	// tenant metrics class.
 	ByClass map[string]int64
 }
 
@@ -271,7 +273,7 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	pipe := c.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
 	handed := pipe.LLen(ctx, k.handover)
-	tenants := pipe.HLen(ctx, k.tdepth)
+	tenants := pipe.SCard(ctx, k.members)
 	sleeping := pipe.ZCard(ctx, k.sleep)
 	classes := pipe.HGetAll(ctx, k.cdepth)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -286,19 +288,14 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	return st, nil
 }
 
-// TenantDepth returns how many of tenant's jobs are in the queue: waiting,
-// or handed over and not yet taken by a worker.
+// TenantDepth returns tenant's backlog, which TenantBound bounds: its
+// jobs waiting in the waiting room, not yet handed to asynq. (At most
+// Prefetch of the queue's jobs, all tenants together, are handed over and
+// not yet taken by a worker: Stats.HandedOver.)
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
-	enc, _, err := p.keys.tenant(tenant)
+	_, list, err := p.keys.tenant(tenant)
 	if err != nil {
 		return 0, err
 	}
-	if _, err := reconcile(ctx, p.client, p.keys); err != nil {
-		return 0, err
-	}
-	n, err := p.client.HGet(ctx, p.keys.tdepth, enc).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	return n, err
+	return p.client.LLen(ctx, list).Result()
 }

@@ -180,7 +180,7 @@ func (s *Server) checkLegacy(ctx context.Context) error {
 	// The version before the handover list recorded handed-over jobs in
 	// a sorted set and a hash: move them, or they would never be counted
 	// out of the depth.
-	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{s.keys.oldHanded, s.keys.oldHinfo, s.keys.handover}).Err(); err != nil {
+	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{s.keys.oldHanded, s.keys.oldHinfo, s.keys.oldTdepth, s.keys.handover, s.keys.cdepth}).Err(); err != nil {
 		return fmt.Errorf("sluice: queue %q: moving handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
 	}
 	return nil
@@ -322,7 +322,7 @@ func (s *Server) left() {
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
 	// The entry of the hand-over that brought the job here.
-	entry := enc + " " + job.taskID() + " " + job.ID + " " + job.class()
+	entry := job.taskID() + " " + job.ID
 	job.Moves++
 	env, err := job.encode()
 	if err != nil {
@@ -331,8 +331,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handover, k.ring, k.members, k.sleep, k.meta, k.tdepth, k.cdepth, k.ids},
-		entry, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class, job.ID).Err(); err != nil {
+		[]string{list, k.handover, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids},
+		entry, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

@@ -10,9 +10,8 @@
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 handed-over
---          jobs' entries, 7 meta hash, 8 per-tenant depth hash,
---          9 per-class depth hash, 10 ids hash, 11 asynq's pending list
---          (see queue_handover.lua)
+--          jobs' entries, 7 meta hash, 8 per-class count of waiting jobs,
+--          9 ids hash, 10 asynq's pending list (see queue_handover.lua)
 -- ARGV     1 prefetch (most handed-over jobs at once), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
@@ -29,8 +28,8 @@
 --          {0, wait µs}                 nothing ready; the next sleeper
 --                                       wakes in wait µs (-1: none)
 --          {2, handed over}             prefetch is full
-local H = {handover = KEYS[6], meta = KEYS[7], tdepth = KEYS[8], cdepth = KEYS[9], ids = KEYS[10],
-  pending = KEYS[11], taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
+local H = {handover = KEYS[6], meta = KEYS[7], cdepth = KEYS[8], ids = KEYS[9], pending = KEYS[10],
+  taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
 local now = clock(ARGV[3])
 reconcile(H, 1000)
 local handed = redis.call('LLEN', KEYS[6])
@@ -60,7 +59,7 @@ while n < room and empties < 32 do
     alone = false
     head = redis.call('LPOP', list, room - n)
     if head then
-      for _, h in ipairs(head) do hand_over(H, h, tenant, now) end
+      for _, h in ipairs(head) do hand_over(H, h, now) end
       n = n + #head
     end
   else
@@ -70,8 +69,10 @@ while n < room and empties < 32 do
     empties = empties + 1
     redis.call('RPOP', KEYS[1])
     redis.call('SREM', KEYS[3], tenant)
-    redis.call('HDEL', KEYS[4], tenant)
-    redis.call('HDEL', KEYS[5], tenant)
+    if weighted then
+      redis.call('HDEL', KEYS[4], tenant)
+      redis.call('HDEL', KEYS[5], tenant)
+    end
   elseif type(head) == 'string' then
     -- Payloads are base64 in the envelope, and string fields escape
     -- their quotes, so this text only ever is the downstream field.
@@ -95,7 +96,7 @@ while n < room and empties < 32 do
       end
     end
     if check then return {1, tenant, head} end
-    hand_over(H, head, tenant, now)
+    hand_over(H, head, now)
     n = n + 1
   end
 end

@@ -2,33 +2,24 @@
 -- has given them to a worker: their task's state is then no longer
 -- "pending" (queue_claim.lua, queue_reconcile.lua).
 -- Defines no keys and reads no arguments: callers pass a table H of key
--- names as queue_handover.lua describes (handover, meta, tdepth, cdepth,
--- ids, taskprefix).
-
--- add adds d to field f of hash h, deleting the field at 0 or below.
-local function add(h, f, d)
-  if redis.call('HINCRBY', h, f, d) <= 0 then redis.call('HDEL', h, f) end
-end
+-- names as queue_handover.lua describes (handover, meta, ids, taskprefix).
 
 -- reconcile counts out the handed-over jobs that asynq has given to a
 -- worker (or that were deleted or archived while pending), oldest first,
 -- and stops at the first still pending: asynq dequeues its pending list in
--- the order of the pushes, which is the order of the entries.
+-- the order of the pushes, which is the order of the entries. The job's
+-- id leaves the queue with it.
 -- Looks at no more than most jobs. Returns how many it counted out.
 local function reconcile(H, most)
   local n = 0
   while n < most do
     local batch = redis.call('LRANGE', H.handover, 0, 31)
     if #batch == 0 then break end
-    local out, ids, tenants, classes = 0, {}, {}, {}
+    local out, ids = 0, {}
     for i, entry in ipairs(batch) do
-      local _, _, enc, task, id, class = string.find(entry, '^(%S+) (%S+) (%S+) (.*)$')
+      local _, _, task, id = string.find(entry, '^(%S+) (%S+)$')
       if task and redis.call('HGET', H.taskprefix .. task, 'state') == 'pending' then break end
-      if task then
-        ids[#ids + 1] = id
-        tenants[enc] = (tenants[enc] or 0) + 1
-        classes[class] = (classes[class] or 0) + 1
-      end
+      if task then ids[#ids + 1] = id end
       out = i
     end
     if out == 0 then break end
@@ -37,12 +28,14 @@ local function reconcile(H, most)
     if #ids > 0 then
       local counts, gone = redis.call('HMGET', H.ids, unpack(ids)), {}
       for i, id in ipairs(ids) do
-        if tonumber(counts[i] or '0') <= 1 then gone[#gone + 1] = id else add(H.ids, id, -1) end
+        if tonumber(counts[i] or '0') <= 1 then
+          gone[#gone + 1] = id
+        elseif redis.call('HINCRBY', H.ids, id, -1) <= 0 then
+          redis.call('HDEL', H.ids, id)
+        end
       end
       if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
     end
-    for enc, c in pairs(tenants) do add(H.tdepth, enc, -c) end
-    for class, c in pairs(classes) do add(H.cdepth, class, -c) end
     n = n + #ids
     if out < #batch then break end
   end

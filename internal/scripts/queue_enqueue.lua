@@ -5,17 +5,19 @@
 -- in the queue (waiting, or handed to asynq and not yet taken by a worker)
 -- is refused first, writing nothing: the same check and the same step, so
 -- that of concurrent producers sending one id exactly one gets in. The
--- counts include handed-over jobs that workers have taken since the last
--- reconcile (queue_reconcile.lua): a Producer refused for an id or a bound
--- runs that script and, if it counted any job out, this one once more.
+-- depth and the ids include handed-over jobs that workers have taken since
+-- the last reconcile (queue_reconcile.lua): a Producer refused for an id
+-- or the queue's bound runs that script and, if it counted any job out,
+-- this one once more. A tenant's backlog is its jobs in the waiting room.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs waiting, or handed to asynq and not
---          yet taken by a worker), 2 per-tenant depth hash, 3 ring of tenants with work,
---          4 set of tenants in the ring or asleep, 5 weights hash,
---          6 the tenant's list, 7 the tenant's admission state, 8 per-class
---          depth hash (for metrics), 9 ids hash (job id -> how many jobs of
---          that id are in the queue)
+--          yet taken by a worker), 2 ring of tenants with work, 3 set of
+--          tenants in the ring or asleep, 4 weights hash, 5 the tenant's
+--          list (its length is the tenant's backlog), 6 the tenant's
+--          admission state, 7 per-class count of waiting jobs (for
+--          metrics), 8 ids hash (job id -> how many jobs of that id are in
+--          the queue)
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's envelope,
 --          6..13 admit()'s arguments as in
@@ -27,24 +29,23 @@
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
 --          {4, 0, 0, 0, 0} a job of that id is in the queue
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-if redis.call('HEXISTS', KEYS[9], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
+if redis.call('HEXISTS', KEYS[8], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
 local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
 if depth >= bound then return {1, depth, bound, 0, 0} end
 if tbound > 0 then
-  local tdepth = tonumber(redis.call('HGET', KEYS[2], tenant) or '0')
+  local tdepth = redis.call('LLEN', KEYS[5])
   if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
 end
 local now, pad = clock(ARGV[13])
-local d = admit(KEYS[7], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
+local d = admit(KEYS[6], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
 if d[1] == 0 then return {3, d[2], d[3], d[4], 0} end
-redis.call('RPUSH', KEYS[6], ARGV[5])
-if redis.call('SADD', KEYS[4], tenant) == 1 then
-  redis.call('RPUSH', KEYS[3], tenant)
+redis.call('RPUSH', KEYS[5], ARGV[5])
+if redis.call('SADD', KEYS[3], tenant) == 1 then
+  redis.call('RPUSH', KEYS[2], tenant)
 end
-if ARGV[4] ~= '1' then redis.call('HSET', KEYS[5], tenant, ARGV[4]) end
+if ARGV[4] ~= '1' then redis.call('HSET', KEYS[4], tenant, ARGV[4]) end
 redis.call('HINCRBY', KEYS[1], 'depth', 1)
-redis.call('HINCRBY', KEYS[2], tenant, 1)
-redis.call('HINCRBY', KEYS[8], ARGV[14], 1)
-redis.call('HSET', KEYS[9], ARGV[15], 1)
+redis.call('HINCRBY', KEYS[7], ARGV[14], 1)
+redis.call('HSET', KEYS[8], ARGV[15], 1)
 return {0, depth + 1, d[2], d[3], 0}

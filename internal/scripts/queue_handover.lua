@@ -3,11 +3,12 @@
 -- arguments: callers pass a table H of names and settings, all under the
 -- queue's hash tag, which is asynq's own:
 --   H.handover   list: an entry per handed-over job not yet counted out,
---                "<tenant> <task id> <id> <class>", in the order of the
---                pushes onto asynq's pending list
+--                "<task id> <id>", in the order of the pushes onto
+--                asynq's pending list
 --   H.meta       hash: depth (jobs waiting, or handed over and not yet
 --                taken by a worker), undecodable (a counter)
---   H.tdepth, H.cdepth, H.ids   per-tenant, per-class and per-id counts
+--   H.cdepth     hash: jobs waiting in the room, by metrics class
+--   H.ids        hash: job id -> how many jobs of that id are in the queue
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
 --   H.queue      the queue's name; H.retention asynq's Retention in s
@@ -45,8 +46,8 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
--- message returns the task id of the job of envelope env, "<task id>
--- <id> <class>" for its entry, and its asynq message without Retention
+-- message returns the task id of the job of envelope env, its entry
+-- "<task id> <id>", its metrics class and its asynq message
 -- (queue.Job's taskID, maxRetry, timeout and class are the same in Go).
 -- Text that is not an envelope sluice wrote is handed over all the same,
 -- so that it does not block every claim behind it: the worker cannot
@@ -77,31 +78,37 @@ local function message(H, env)
   -- Fields in number order, as asynq's Client (Go's protobuf) writes them.
   local msg = typ .. '\18' .. varint(#env) .. env .. '\26' .. varint(#task) .. task .. H.tail
     .. pb_uint(5, retry) .. pb_uint(8, timeout) .. H.retain
-  return task, task .. ' ' .. j.id .. ' ' .. class, msg
+  return task, task .. ' ' .. j.id, class, msg
 end
 
--- hand_over writes the job of envelope env (tenant enc) into asynq and
--- records it as handed over; flush(H) ends a batch of them. now is in µs.
-local function hand_over(H, env, enc, now)
+-- hand_over writes the job of envelope env into asynq and records it as
+-- handed over: it has left the waiting room (its tenant's backlog and its
+-- class's count) and stays in the queue's depth until asynq gives it to a
+-- worker. flush(H) ends a batch of them. now is in µs.
+local function hand_over(H, env, now)
   if not H.push then
-    H.push, H.entries, H.types = {}, {}, {}
+    H.push, H.entries, H.types, H.classes = {}, {}, {}, {}
     H.since = int(now) .. '000'
     -- The fields every task of the queue shares: queue and retention.
     H.tail = pb_bytes(4, H.queue)
     H.retain = pb_uint(12, H.retention)
   end
-  local task, header, msg = message(H, env)
+  local task, entry, class, msg = message(H, env)
   redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', H.since)
-  H.entries[#H.entries + 1] = enc .. ' ' .. header
+  H.entries[#H.entries + 1] = entry
   H.push[#H.push + 1] = task
+  H.classes[class] = (H.classes[class] or 0) + 1
 end
 
 -- flush writes what hand_over batched: the pending list's pushes, in
--- order (asynq dequeues from the other end), and the handed-over entries
--- in the same order.
+-- order (asynq dequeues from the other end), the handed-over entries in
+-- the same order, and the classes' counts.
 local function flush(H)
   if not H.push or #H.push == 0 then return end
   redis.call('LPUSH', H.pending, unpack(H.push))
   redis.call('RPUSH', H.handover, unpack(H.entries))
-  H.push, H.entries = {}, {}
+  for class, c in pairs(H.classes) do
+    if redis.call('HINCRBY', H.cdepth, class, -c) <= 0 then redis.call('HDEL', H.cdepth, class) end
+  end
+  H.push, H.entries, H.classes = {}, {}, {}
 end

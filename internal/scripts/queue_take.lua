@@ -2,17 +2,16 @@
 -- (queue_handover.lua), if it is still the job the dispatcher claimed. The
 -- job stays counted in the queue's depth until asynq gives it to a worker.
 -- KEYS     1 the tenant's list, 2 handed-over jobs' entries, 3 meta hash,
---          4 asynq's pending list
--- ARGV     1 the claimed envelope, 2 the tenant (encoded), 3 now in µs or
---          "" for TIME, 4 asynq's task key prefix, 5 the queue's name,
---          6 asynq's Retention (s)
+--          4 per-class count of waiting jobs, 5 asynq's pending list
+-- ARGV     1 the claimed envelope, 2 now in µs or "" for TIME, 3 asynq's
+--          task key prefix, 4 the queue's name, 5 asynq's Retention (s)
 -- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  1 taken, 0 the head changed (another dispatcher took it)
-local H = {handover = KEYS[2], meta = KEYS[3], pending = KEYS[4],
-  taskprefix = ARGV[4], queue = ARGV[5], retention = tonumber(ARGV[6])}
-local now = clock(ARGV[3])
+local H = {handover = KEYS[2], meta = KEYS[3], cdepth = KEYS[4], pending = KEYS[5],
+  taskprefix = ARGV[3], queue = ARGV[4], retention = tonumber(ARGV[5])}
+local now = clock(ARGV[2])
 if redis.call('LINDEX', KEYS[1], 0) ~= ARGV[1] then return 0 end
 redis.call('LPOP', KEYS[1])
-hand_over(H, ARGV[1], ARGV[2], now)
+hand_over(H, ARGV[1], now)
 flush(H)
 return 1
