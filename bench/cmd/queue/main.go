@@ -42,6 +42,7 @@ import (
 
 type options struct {
 	addr         string
+	rounds       int // of phases 1, 2 and 3a
 	producers    int
 	jobs         int // phase 1 and 2
 	enqTenants   int
@@ -73,6 +74,7 @@ func run() error {
 	var o options
 	var only string
 	flag.StringVar(&o.addr, "addr", "", "use the Redis server at this address (it is FLUSHALLed: it must be disposable) instead of starting one")
+	flag.IntVar(&o.rounds, "rounds", 5, "rounds of phases 1, 2 and 3a: each system runs once per round, the two taking turns at going first; the median round's ratio is the result")
 	flag.IntVar(&o.producers, "producers", 8, "concurrent producers (G)")
 	flag.IntVar(&o.jobs, "jobs", 20_000, "jobs per system in the enqueue (1) and processing (2) phases")
 	flag.IntVar(&o.enqTenants, "enqueue-tenants", 100, "tenants the enqueued jobs are spread over in phase 1, round-robin")
@@ -98,8 +100,8 @@ func run() error {
 	if o.fairTenants < 2 || o.bigShare <= 0 || o.bigShare >= 1 {
 		return fmt.Errorf("-fair-tenants must be at least 2 and -big-share between 0 and 1")
 	}
-	if o.producers < 1 || o.jobs < 1 || o.fairJobs < o.fairTenants || o.concurrency < 1 {
-		return fmt.Errorf("-producers, -jobs and -concurrency must be positive, -fair-jobs at least -fair-tenants")
+	if o.producers < 1 || o.jobs < 1 || o.fairJobs < o.fairTenants || o.concurrency < 1 || o.rounds < 1 {
+		return fmt.Errorf("-rounds, -producers, -jobs and -concurrency must be positive, -fair-jobs at least -fair-tenants")
 	}
 	o.only = map[string]bool{}
 	for _, p := range strings.Split(only, ",") {
@@ -153,7 +155,7 @@ func run() error {
 	fmt.Printf("%s; %d CPUs, %s/%s, %s; redis-server %s on %s (persistence off); load average at the start %s.\n",
 		began.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(),
 		b.version, addr, loadAverage())
-	fmt.Printf("Every phase ran **once**, each system once, on a shared machine whose load changes from second to second: absolute rates differ between runs by tens of percent, so compare the two systems within one run, and read the ratios with that in mind. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n")
+	fmt.Printf("Phases 1, 2 and 3a ran **%d rounds**: in each, each system ran once, the two taking turns at going first, because on a shared machine the load changes from second to second and one pair of runs can move a ratio by 0.2. Each phase gives every round's ratio and judges its target on the median; its tables show the median round. Phases 3b and 4 ran once. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n", o.rounds)
 
 	if o.want("enqueue") {
 		if err := r.enqueue(ctx, b); err != nil {

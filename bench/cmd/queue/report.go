@@ -93,28 +93,33 @@ func (r *report) target(what, measured string, ok bool) {
 func (r *report) enqueue(ctx context.Context, b *bench) error {
 	o := r.o
 	tenantOf := func(i int) string { return fmt.Sprintf("tenant-%d", i%o.enqTenants) }
-	for _, which := range []string{"asynq", "sluice"} {
+	run := func(which string) (enqResult, error) {
 		c := newCounter()
 		pc := b.client(c)
+		defer pc.Close()
 		var sys system
 		if which == "asynq" {
 			sys = newBare(pc, pc, o.concurrency, o.poll)
 		} else {
 			s, err := newSluice(pc, pc, int64(10*o.jobs), &hugeBucket, o.concurrency, o.poll, o.retention)
 			if err != nil {
-				return err
+				return enqResult{}, err
 			}
 			sys = s
 		}
 		o.logf("1. enqueue: %s, %d jobs from %d producers", which, o.jobs, o.producers)
 		res, err := b.runEnqueue(ctx, sys, c, o.jobs, o.producers, tenantOf)
-		pc.Close()
 		if err != nil {
-			return err
+			return enqResult{}, err
 		}
 		o.logf("   %.0f jobs/s", res.rate())
-		r.enq = append(r.enq, res)
+		return res, nil
 	}
+	pair, ratio, ratios, err := rounds(o, run, enqResult.rate)
+	if err != nil {
+		return err
+	}
+	r.enq = pair
 	fmt.Printf("## 1. Enqueue throughput\n\n")
 	fmt.Printf("G = %d concurrent producers, %d no-op jobs per system, %d-byte payload. asynq: `asynq.NewClientFromRedisClient(c).EnqueueContext(ctx, asynq.NewTask(\"noop\", payload))`. sluice: `queue.Producer.Enqueue` with every tenant admitted by `%s` (a token bucket that runs in full and never refuses), jobs spread over %d tenants round-robin, Bound %d (above the job count), ids chosen by the Producer.\n\n",
 		o.producers, o.jobs, o.payload, hugeBucket, o.enqTenants, 10*o.jobs)
@@ -125,8 +130,8 @@ func (r *report) enqueue(ctx context.Context, b *bench) error {
 			f2(rt), f2(cmds), f1(rcpu), f1(ccpu)})
 	}
 	table([]string{"system", "jobs", "seconds", "jobs/s", "p50 µs", "p99 µs", "round trips/job", "server commands/job", "redis-server CPU µs/job", "client CPU µs/job"}, rows)
-	ratio := r.enq[1].rate() / r.enq[0].rate()
 	fmt.Printf("**sluice / asynq = %.2f** (target ≥ 0.7).\n\n", ratio)
+	fmt.Print(roundsLine(ratios, ratio))
 	r.target("1. enqueue jobs/s, sluice / asynq ≥ 0.7", f2(ratio), ratio >= 0.7)
 	return nil
 }
@@ -137,14 +142,14 @@ func (r *report) process(ctx context.Context, b *bench) error {
 	o := r.o
 	tenantOf := func(i int) string { return fmt.Sprintf("tenant-%d", i%o.procTenants) }
 	spec := drainSpec{n: o.jobs, tenantOf: tenantOf, groups: [][2]int{{0, o.jobs}}}
-	for _, which := range []string{"asynq", "sluice"} {
+	pair, ratio, ratios, err := rounds(o, func(which string) (drainResult, error) {
 		o.logf("2. process: %s, %d pre-enqueued jobs, concurrency %d", which, o.jobs, o.concurrency)
-		res, err := r.drain(ctx, b, which, int64(10*o.jobs), spec)
-		if err != nil {
-			return err
-		}
-		r.proc = append(r.proc, res)
+		return r.drain(ctx, b, which, int64(10*o.jobs), spec)
+	}, drainResult.rate)
+	if err != nil {
+		return err
 	}
+	r.proc = pair
 	fmt.Printf("## 2. Processing throughput\n\n")
 	fmt.Printf("%d no-op jobs pre-enqueued (%d tenant(s)), drained by one worker process with Concurrency %d; measured from the worker's start until the last job's handler started. asynq: `asynq.NewServerFromRedisClient`, TaskCheckInterval %v. sluice: `queue.Server`, no throttle, PollInterval %v (sluice also gives it to asynq as TaskCheckInterval), default Prefetch (3 × Concurrency), Retention %s. Commands per job include the workers' idle polling and asynq's background loops during the run.\n\n",
 		o.jobs, o.procTenants, o.concurrency, o.poll, o.poll, retentionText(o.retention))
@@ -155,8 +160,8 @@ func (r *report) process(ctx context.Context, b *bench) error {
 			f2(rt), f2(cmds), f1(rcpu), f1(ccpu)})
 	}
 	table([]string{"system", "jobs", "seconds", "jobs/s", "round trips/job", "server commands/job", "redis-server CPU µs/job", "client CPU µs/job"}, rows)
-	ratio := r.proc[1].rate() / r.proc[0].rate()
 	fmt.Printf("**sluice / asynq = %.2f** (target ≥ 0.9).\n\n", ratio)
+	fmt.Print(roundsLine(ratios, ratio))
 	r.target("2. processing jobs/s, sluice / asynq ≥ 0.9", f2(ratio), ratio >= 0.9 && !r.proc[1].timedOut)
 
 	fmt.Printf("The workers' round trips per completed job, by script or command (the clients' view; avg is the round-trip time seen by the caller):\n\n")
@@ -291,7 +296,7 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 		return 1000
 	}
 	rates := map[string]float64{}
-	for _, which := range []string{"asynq", "sluice"} {
+	run := func(which string) (drainResult, error) {
 		spec := drainSpec{n: n, tenantOf: tenantOf, groups: [][2]int{{0, big}, {big, n}}}
 		if arrivals {
 			rates[which] = rateFor(which)
@@ -300,12 +305,17 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 			spec.rate = rates[which]
 		}
 		o.logf("3%c. fairness: %s, %d jobs, %d tenants%s", 'a'+k, which, n, o.fairTenants, map[bool]string{true: fmt.Sprintf(", arrivals at %.0f/s", spec.rate), false: ""}[arrivals])
-		res, err := r.drain(ctx, b, which, int64(10*n), spec)
-		if err != nil {
-			return err
-		}
-		r.fairs[k] = append(r.fairs[k], res)
+		return r.drain(ctx, b, which, int64(10*n), spec)
 	}
+	ro := o
+	if arrivals {
+		ro.rounds = 1 // paced by the arrival rates: one round
+	}
+	pair, ratio, ratios, err := rounds(ro, run, drainResult.rate)
+	if err != nil {
+		return err
+	}
+	r.fairs[k] = pair
 
 	if !arrivals {
 		fmt.Printf("## 3. Fairness against FIFO, %d tenants\n\n", o.fairTenants)
@@ -345,7 +355,6 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 		"small jobs p50 ms", "small p99 ms", "small max ms",
 		"small tenants' 1st job p50 ms", "1st job p99 ms", "small p50 position", "small p99 position", "big's last job ms"), rows)
 	fmt.Printf("Waits (ms, %s) until the handler started; the small columns cover the %d small tenants' %d jobs, \"1st job\" each small tenant's first job to start. \"position\" is the fraction of all jobs started before a small tenant's job (p50 and p99 over the small jobs), which does not depend on the system's speed: FIFO runs every small job after `big`'s backlog (position ≥ %.2f in 3a); round-robin interleaves them.\n\n", from, small, n-big, float64(big)/float64(n))
-	ratio := r.fairs[k][1].rate() / r.fairs[k][0].rate()
 	wa := fairWaits(r.fairs[k][0], big, tenantOf, arrivals)
 	ws := fairWaits(r.fairs[k][1], big, tenantOf, arrivals)
 	target := " (target ≥ 0.8)"
@@ -354,6 +363,7 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 	}
 	fmt.Printf("**sluice / FIFO throughput = %.2f**%s. Small tenants' p50 wait: sluice %s ms, FIFO %s ms (%.1f× lower); p99: sluice %s ms, FIFO %s ms (%.1f× lower).\n\n",
 		ratio, target, ms(ws.smallP50), ms(wa.smallP50), ratioOf(wa.smallP50, ws.smallP50), ms(ws.smallP99), ms(wa.smallP99), ratioOf(wa.smallP99, ws.smallP99))
+	fmt.Print(roundsLine(ratios, ratio))
 	name := "3a. backlog"
 	if arrivals {
 		name = "3b. arrivals"
@@ -528,4 +538,59 @@ func retentionText(d time.Duration) string {
 		return "0 (completed tasks deleted, as bare asynq does)"
 	}
 	return d.String() + " (completed tasks kept, unlike bare asynq)"
+}
+
+// ---- rounds ----
+
+// rounds runs a phase o.rounds times: in each round run(which) once for
+// asynq and once for sluice, asynq first in even rounds and sluice first
+// in odd ones. It returns the two results (asynq's, sluice's) of the round
+// whose ratio sluice / asynq of rate is the median (the lower of the two
+// middle ones for an even count), the median, and every round's ratio in
+// round order.
+func rounds[T any](o options, run func(which string) (T, error), rate func(T) float64) ([]T, float64, []float64, error) {
+	var pairs [][]T
+	var ratios []float64
+	for k := 0; k < o.rounds; k++ {
+		order := []string{"asynq", "sluice"}
+		if k%2 == 1 {
+			order = []string{"sluice", "asynq"}
+		}
+		got := map[string]T{}
+		for _, which := range order {
+			res, err := run(which)
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			got[which] = res
+		}
+		pairs = append(pairs, []T{got["asynq"], got["sluice"]})
+		ratios = append(ratios, rate(got["sluice"])/rate(got["asynq"]))
+	}
+	idx := make([]int, len(ratios))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return ratios[idx[a]] < ratios[idx[b]] })
+	mid := idx[(len(idx)-1)/2]
+	return pairs[mid], ratios[mid], ratios, nil
+}
+
+// roundsLine says what the rounds measured.
+func roundsLine(ratios []float64, median float64) string {
+	if len(ratios) == 1 {
+		return ""
+	}
+	s := make([]string, len(ratios))
+	lo, hi := ratios[0], ratios[0]
+	for i, v := range ratios {
+		s[i] = f2(v)
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	which := "median"
+	if len(ratios)%2 == 0 {
+		which = "median (the lower middle one)"
+	}
+	return fmt.Sprintf("Ratios of the %d rounds, in order: %s; %s **%.2f**, range %.2f to %.2f. The table shows that round.\n\n",
+		len(ratios), strings.Join(s, ", "), which, median, lo, hi)
 }
