@@ -25,7 +25,7 @@ type Metrics struct {
 //	sluice_queue_handed_over_total        jobs moved from the waiting room to asynq
 //	sluice_queue_started_total            jobs whose handler started
 //	sluice_queue_wait_seconds{class}      enqueue to start, histogram
-//	sluice_queue_backlog{class}           jobs no worker has taken, sampled by each worker
+//	sluice_queue_backlog{class}           jobs in the waiting room, sampled by each worker
 //	sluice_queue_throttled_seconds_total{class}  time jobs were put back for (throttle, 429)
 //	sluice_queue_throttled_total{downstream}  jobs put back because their slot was too far
 //	sluice_queue_tenant_sleeps_total{downstream} tenants skipped before dequeue
@@ -43,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer, queue string) *Metrics {
 			Help: "Time from enqueue to the handler's start, by tenant class.", ConstLabels: l,
 			Buckets: []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600}}, []string{"class"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_queue_backlog",
-			Help: "Jobs waiting, or handed over and not yet taken by a worker, by tenant class (sampled).", ConstLabels: l}, []string{"class"}),
+			Help: "Jobs waiting in sluice's waiting room, not yet handed to asynq, by tenant class (sampled).", ConstLabels: l}, []string{"class"}),
 		putBackS: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_throttled_seconds_total",
 			Help: "Time jobs were put back in the waiting room for (throttle or 429), by tenant class.", ConstLabels: l}, []string{"class"}),
 		putBack: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_throttled_total",

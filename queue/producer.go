@@ -38,7 +38,10 @@ type Config struct {
 	// yet: waiting, or handed to asynq and pending there. Required, at
 	// least 1.
 	Bound int64
-	// TenantBound is the most such jobs per tenant; 0 for no bound.
+	// TenantBound is the most jobs one tenant may have waiting in the
+	// waiting room, not yet handed to asynq (TenantDepth); 0 for no
+	// bound. At most Prefetch jobs of the queue, all tenants together,
+	// are handed over and not yet taken.
 	TenantBound int64
 	// MaxPayload is the largest payload accepted; default
 	// DefaultMaxPayload.

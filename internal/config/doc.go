@@ -53,9 +53,10 @@
 //     or handed to asynq). Enqueue refuses a job beyond it with a "queue
 //     full" error; the bound is exact under concurrent producers. Required,
 //     1 to 2^40.
-//   - tenant_bound: the most such jobs per tenant, so that one tenant's
-//     backlog cannot fill the queue. 0 (the default) for no per-tenant
-//     bound; at most bound.
+//   - tenant_bound: the most jobs one tenant may have waiting in sluice's
+//     waiting room (not yet handed to asynq), so that one tenant's backlog
+//     cannot fill the queue. 0 (the default) for no per-tenant bound; at
+//     most bound.
 //   - prefetch: the most jobs handed to asynq but not yet started, across
 //     the whole fleet. Keep it at least the fleet's total worker
 //     concurrency. Default 64, at most 1,000,000.
