@@ -248,10 +248,9 @@ func (j *Job) timeout() time.Duration {
 	return j.Timeout
 }
 
-// key names this enqueue of the job in the waiting room (the handed-over
-// set and the envelopes hash): <id>@<nonce>, '@' being no character of an
-// id. Envelopes written before nonces existed have none; their key is the
-// id, as it was then.
+// key names this enqueue of the job (in its asynq task ids): <id>@<nonce>,
+// '@' being no character of an id. Envelopes written before nonces existed
+// have none; their key is the id, as it was then.
 func (j *Job) key() string {
 	if j.Nonce == "" {
 		return j.ID

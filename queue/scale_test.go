@@ -54,9 +54,9 @@ func keyClass(k string) (class string, permanent bool) {
 		// when its last job is taken.
 		return "tenant lists", true
 	case strings.HasPrefix(k, room) && strings.HasSuffix(k, tag):
-		// meta (the depth counter) stays; the others (tdepth, cdepth,
-		// ring, members, weights, turns, sleep, handed, hinfo, ids)
-		// hold one entry per tenant or job present and vanish when empty.
+		// meta (the depth counter) stays; the others (cdepth, ring,
+		// members, weights, turns, sleep, handover, ids) hold one entry
+		// per tenant, class or job present and vanish when empty.
 		return "waiting room structures", true
 	case strings.HasPrefix(k, "asynq:{"+scaleQueue+"}:t:"):
 		// Completed tasks, kept for ServerConfig.Retention, deleted by
