@@ -383,23 +383,8 @@ func TestReconcileByTaskState(t *testing.T) {
 		cfg, p := testProducer(t, client, 4)
 		ctx := context.Background()
 		ids := []string{"j0", "j1", "j2", "j3"}
-		for _, id := range ids {
-			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s, err := NewServer(client, ServerConfig{Config: cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Hand all four over without a worker.
-		if _, err := s.dispatchOne(ctx); err != nil {
-			t.Fatal(err)
-		}
-		entries, err := client.LRange(ctx, p.keys.handover, 0, -1).Result()
-		if err != nil || len(entries) != 4 {
-			t.Fatalf("handed-over jobs %q, %v; want 4", entries, err)
-		}
+		_, entries := handOverAll(t, client, cfg, p, ids...)
 		task := map[string]string{} // job id -> asynq task id
 		for i, entry := range entries {
 			f := strings.Fields(entry)

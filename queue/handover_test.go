@@ -102,6 +102,31 @@ func testProducer(t *testing.T, client redis.UniversalClient, bound int64) (Conf
 	return cfg, p
 }
 
+// handOverAll enqueues jobs of the ids for tenant "a" and hands them all
+// over with one claim of a new Server, without a worker. It returns the
+// Server and the handed-over entries, one per job.
+func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Producer, ids ...string) (*Server, []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := NewServer(client, ServerConfig{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.dispatchOne(ctx); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := client.LRange(ctx, p.keys.handover, 0, -1).Result()
+	if err != nil || len(entries) != len(ids) {
+		t.Fatalf("handed-over jobs %q, %v; want %d", entries, err, len(ids))
+	}
+	return s, entries
+}
+
 // takeTask returns the hash of asynq task id and deletes it, checking that
 // it is the only task in the queue's pending list.
 func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map[string]string {
@@ -351,22 +376,7 @@ func TestEarlierHandedOverMoved(t *testing.T) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
 		k := p.keys
-		for i := range 4 {
-			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprintf("j%d", i), Tenant: "a", Type: "x"}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s, err := NewServer(client, ServerConfig{Config: cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.dispatchOne(ctx); err != nil {
-			t.Fatal(err)
-		}
-		entries, err := client.LRange(ctx, k.handover, 0, -1).Result()
-		if err != nil || len(entries) != 4 {
-			t.Fatalf("entries %q, %v; want 4", entries, err)
-		}
+		s, entries := handOverAll(t, client, cfg, p, "j0", "j1", "j2", "j3")
 		// The first three as the earlier version recorded them; the last
 		// as this one did.
 		var tasks []string
