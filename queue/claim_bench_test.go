@@ -17,8 +17,8 @@ import (
 )
 
 // BenchmarkClaimScript measures the claim script in the steady state of a
-// busy worker: each claim first counts out the batch before it (asynq gave
-// those to workers) and hands over a batch of jobs from tenants tenants. It
+// busy worker: before each claim asynq's workers have taken the batch
+// before it, and the claim hands over a batch of jobs from tenants tenants. It
 // reports redis-server's own time per job handed over (INFO commandstats),
 // beside that of asynq's enqueue script per task, measured on the same
 // server: the cost of moving a job from the waiting room into asynq against
@@ -44,7 +44,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	k := p.keys
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
 			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, cfg.Queue, 0).Slice()
 		if err != nil {
 			b.Fatal(err)

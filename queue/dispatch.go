@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
@@ -63,7 +61,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	}
 	s.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
 		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.cfg.Queue, s.retention).Slice()
 	if err != nil {
 		return 0, err
@@ -121,24 +119,11 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 		}
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
-		[]string{k.tenantPrefix + enc, k.handover, k.meta, k.cdepth, k.asynqPending},
+		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
 		env, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}
 	s.cfg.Metrics.handedOver(1)
 	return nil
-}
-
-// Reconcile counts out of the queue's depth the handed-over jobs that
-// asynq has given to a worker since the last claim, and returns how many.
-// Dispatchers do this with every claim, and Enqueue before it refuses a
-// job, so callers rarely need it: Stats runs it so that its counts are
-// exact, and tests may.
-func (s *Server) Reconcile(ctx context.Context) (int, error) {
-	return reconcile(ctx, s.client, s.keys)
-}
-
-func reconcile(ctx context.Context, c redis.Scripter, k keys) (int, error) {
-	return scripts.QueueReconcile.Run(ctx, c, []string{k.handover, k.meta, k.ids}, k.asynqTask).Int()
 }

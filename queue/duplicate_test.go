@@ -10,8 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +27,7 @@ import (
 // may write, admission state under algs included.
 func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
 	k := p.keys
-	keys := []string{k.meta, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
+	keys := []string{k.meta, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.ids, k.asynqPending}
 	for _, tenant := range tenants {
 		enc, list, _ := k.tenant(tenant)
 		keys = append(keys, list, k.admission("none", enc))
@@ -54,13 +52,9 @@ func wantDuplicate(t *testing.T, err error, cfg Config, id string) {
 }
 
 // idCount returns how many jobs the waiting room counts under id (0 when
-// the id is not in the queue), once jobs that asynq gave to a worker have
-// been counted out.
+// no job of the id is waiting).
 func idCount(t *testing.T, client redis.UniversalClient, p *Producer, id string) int64 {
 	t.Helper()
-	if _, err := reconcile(context.Background(), client, p.keys); err != nil {
-		t.Fatal(err)
-	}
 	n, err := client.HGet(context.Background(), p.keys.ids, id).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
@@ -224,7 +218,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 		empty := func() bool {
 			st, err := p.Stats(ctx)
 			td, err2 := p.TenantDepth(ctx, "a")
-			n, err3 := client.Exists(ctx, p.keys.ids, p.keys.handover).Result()
+			n, err3 := client.Exists(ctx, p.keys.ids).Result()
 			return err == nil && err2 == nil && err3 == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0 && td == 0 && n == 0
 		}
 		waitFor(t, 20*time.Second, "5 jobs to run and the queue to empty", func() bool { return rec.count() >= 5 && empty() })
@@ -286,11 +280,12 @@ type fakeClock struct{ offset atomic.Int64 }
 func (c *fakeClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *fakeClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-// TestDuplicateIDReusedWhileRunning: while a job runs, its id may be used
-// again; the new job is refused a twin while it waits or is handed over.
-// When the running job is put back (a 429: Reschedule), its id is in the
-// queue again, counted apart from the other job's: after the other starts,
-// the id is still refused until the put-back job has started too.
+// TestDuplicateIDReusedWhileRunning: once a job is handed to asynq its id
+// may be used again, while it waits in asynq's pending list or runs; a
+// job of the id waiting in the room is refused a twin. When the running
+// job is put back (a 429: Reschedule), its id is in the room again,
+// counted apart from the other waiting job's: the id is refused until
+// both have been handed over.
 func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 100)
@@ -313,7 +308,8 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			return runs[payload]
 		}
 		// One worker and a prefetch of one: while the first job runs, the
-		// second is handed over and waits for the worker.
+		// second is handed over and waits for the worker, and the third
+		// waits in the room.
 		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1}, HandlerFunc(func(ctx context.Context, j *Job) error {
 			mu.Lock()
 			runs[string(j.Payload)]++
@@ -337,103 +333,92 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			st, err := p.Stats(ctx)
 			return err == nil && st.HandedOver == 1 && st.Depth == 1
 		})
-		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")})
-		wantDuplicate(t, err, cfg, "same")
-
-		// The first job is put back for a minute; the second runs.
-		close(release)
-		waitFor(t, 10*time.Second, "the second job to run and the first to wait", func() bool {
-			st, err := p.Stats(ctx)
-			return ran("second") == 1 && err == nil && st.Depth == 1 && st.HandedOver == 0 && st.Sleeping == 1
-		})
-		if n := idCount(t, client, p, "same"); n != 1 {
-			t.Fatalf("the put-back job's id counted %d times; want 1", n)
+		if n := idCount(t, client, p, "same"); n != 0 {
+			t.Fatalf("a handed-over job's id counted %d times; want 0", n)
 		}
-		// Back in the waiting room: in its tenant's backlog and its class.
-		if st, err := p.Stats(ctx); err != nil || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {
-			t.Fatalf("classes %v, %v; want the put-back job waiting in class default", st.ByClass, err)
+		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")}); err != nil {
+			t.Fatalf("the id of a handed-over job: %v; want accepted", err)
 		}
-		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
-			t.Fatalf("tenant depth %d, %v; want the put-back job", td, err)
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 2 || st.HandedOver != 1 {
+			t.Fatalf("stats %+v, %v; want depth 2, one of them handed over", st, err)
 		}
 		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
 		wantDuplicate(t, err, cfg, "same")
 
-		// A minute later the first job runs again, and the id is free.
+		// The first job is put back for a minute, its tenant asleep; the
+		// second runs.
+		close(release)
+		waitFor(t, 10*time.Second, "the second job to run and the first to wait", func() bool {
+			st, err := p.Stats(ctx)
+			return ran("second") == 1 && err == nil && st.Depth == 2 && st.HandedOver == 0 && st.Sleeping == 1
+		})
+		if n := idCount(t, client, p, "same"); n != 2 {
+			t.Fatalf("the id counted %d times; want 2 (the third job and the put-back first)", n)
+		}
+		// Back in the waiting room: in its tenant's backlog and its class.
+		if st, err := p.Stats(ctx); err != nil || st.ByClass["default"] != 2 || len(st.ByClass) != 1 {
+			t.Fatalf("classes %v, %v; want two jobs waiting in class default", st.ByClass, err)
+		}
+		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 2 {
+			t.Fatalf("tenant depth %d, %v; want the put-back job and the third", td, err)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
+		wantDuplicate(t, err, cfg, "same")
+
+		// A minute later the first job runs again, then the third, and the
+		// id is free.
 		clock.advance(2 * time.Minute)
-		waitFor(t, 10*time.Second, "the first job to run again and the queue to empty", func() bool {
+		waitFor(t, 10*time.Second, "the first job to run again, the third to run and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
 			n, err2 := client.Exists(ctx, p.keys.ids).Result()
-			return ran("first") == 2 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
+			return ran("first") == 2 && ran("third") == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
 		})
-		if ran("second") != 1 || ran("third") != 0 || ran("fourth") != 0 {
-			t.Fatalf("runs %v; want first twice (put back once), second once, no others", runs)
+		if ran("second") != 1 || ran("fourth") != 0 {
+			t.Fatalf("runs %v; want first twice (put back once), second and third once, no fourth", runs)
 		}
 	})
 }
 
-// TestReconcileByTaskState: a handed-over job leaves the depth when asynq
-// has given its task to a worker, or when the task is gone or archived (an
-// operator deleted or archived it in asynqmon), oldest first: the count
-// stops at the oldest task still pending, the one asynq gives out next.
-// Enqueue counts them out before it refuses a job for a full queue or an
-// id in the queue.
-func TestReconcileByTaskState(t *testing.T) {
+// TestBoundCountsAsynqPending: a handed-over job leaves the waiting room's
+// counts (its tenant's backlog, its class, its id) and is counted by the
+// bound in asynq's pending list until asynq gives it to a worker, or an
+// operator archives or deletes it in asynqmon. A task asynq puts back in
+// its pending list (an archived task run again, a retry that is due)
+// counts again.
+func TestBoundCountsAsynqPending(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg, p := testProducer(t, client, 4)
 		ctx := context.Background()
 		ids := []string{"j0", "j1", "j2", "j3"}
-		// Hand all four over without a worker.
-		_, entries := handOverAll(t, client, cfg, p, ids...)
+		_, tasks := handOverAll(t, client, cfg, p, ids...)
 		task := map[string]string{} // job id -> asynq task id
-		for i, entry := range entries {
-			f := strings.Fields(entry)
-			if len(f) != 2 || f[1] != ids[i] || !regexp.MustCompile(`^sluice:`+ids[i]+`@[0-9a-f]{16}:0$`).MatchString(f[0]) {
-				t.Fatalf("entry %d: %q; want <task id> <id> of job %s, in the order of the hand-over", i, entry, ids[i])
-			}
-			task[ids[i]] = f[0]
+		for i, id := range ids {
+			task[id] = tasks[i]
 		}
-		pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
-		if err != nil || !slices.Equal(pending, []string{task["j3"], task["j2"], task["j1"], task["j0"]}) {
-			t.Fatalf("asynq's pending list %q, %v; want the tasks pushed in the order of the jobs", pending, err)
-		}
-		// Handed over, they are in the queue's depth, but no longer in
-		// their tenant's backlog or their class's count of waiting jobs.
 		if st, err := p.Stats(ctx); err != nil || st.Depth != 4 || st.HandedOver != 4 || len(st.ByClass) != 0 || st.Tenants != 0 {
 			t.Fatalf("stats after the hand-over %+v, %v; want depth 4, 4 handed over, no class, no tenant waiting", st, err)
 		}
 		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 0 {
 			t.Fatalf("tenant depth after the hand-over %d, %v; want 0", td, err)
 		}
-		counts := func() (depth int64, handed int64) {
-			t.Helper()
-			st, err := p.Stats(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st.Depth, st.HandedOver
+		if n, err := client.Exists(ctx, p.keys.ids).Result(); err != nil || n != 0 {
+			t.Fatalf("ids of handed-over jobs: %d, %v; want none", n, err)
 		}
-		setState := func(id, state string) {
-			t.Helper()
-			if err := client.HSet(ctx, p.keys.asynqTask+task[id], "state", state).Err(); err != nil {
-				t.Fatal(err)
-			}
+		_, err := p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
+		var full *QueueFullError
+		if !errors.As(err, &full) || full.Depth != 4 || full.Bound != 4 {
+			t.Fatalf("enqueue into a full queue: %v; want QueueFullError at depth 4", err)
 		}
-		// j1 given out before j0 (which asynq never does): nothing counts
-		// out while the oldest is pending.
-		setState("j1", "active")
-		if d, h := counts(); d != 4 || h != 4 {
-			t.Fatalf("depth %d, handed over %d; want 4 and 4 while the oldest task is pending", d, h)
+		// asynq gives j0 to a worker (its dequeue: pending to active), an
+		// operator archives j2 and deletes j3.
+		if err := client.LRem(ctx, p.keys.asynqPending, 1, task["j0"]).Err(); err != nil {
+			t.Fatal(err)
 		}
-		_, err = p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
-		if !errors.Is(err, ErrQueueFull) {
-			t.Fatalf("enqueue into a full queue: %v; want ErrQueueFull", err)
+		if err := client.HSet(ctx, p.keys.asynqTask+task["j0"], "state", "active").Err(); err != nil {
+			t.Fatal(err)
 		}
-		// j0 taken by a worker, j2 archived, j3 deleted: Enqueue counts them
-		// out before it looks at the bound, and at the ids.
-		setState("j0", "active")
 		// The running dispatcher lists the queue for asynq; this test's
-		// calls to dispatchOne do not.
+		// call to dispatchOne does not.
 		if err := client.SAdd(ctx, "asynq:queues", cfg.Queue).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -444,22 +429,29 @@ func TestReconcileByTaskState(t *testing.T) {
 		if err := ins.DeleteTask(cfg.Queue, task["j3"]); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Enqueue(ctx, Job{ID: "j0", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatalf("the id of a job asynq gave to a worker: %v; want accepted", err)
-		}
-		if d, h := counts(); d != 1 || h != 0 {
-			t.Fatalf("depth %d, handed over %d; want 1 (the new j0) and 0", d, h)
-		}
-		for _, id := range ids {
-			if n, want := idCount(t, client, p, id), int64(map[string]int{"j0": 1}[id]); n != want {
-				t.Errorf("id %s counted %d times; want %d", id, n, want)
+		for _, id := range []string{"j0", "j2"} {
+			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
+				t.Fatalf("the id of a job in asynq's hands: %v; want accepted", err)
 			}
 		}
-		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
-			t.Fatalf("tenant depth %d, %v; want 1", td, err)
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 3 || st.HandedOver != 1 {
+			t.Fatalf("stats %+v, %v; want depth 3 (j1 pending, new j0 and j2 waiting), 1 handed over", st, err)
 		}
-		if n, err := client.Exists(ctx, p.keys.handover).Result(); err != nil || n != 0 {
-			t.Fatalf("%d handed-over keys left, %v; want none", n, err)
+		// The archived j2 run again: back in asynq's pending list, it
+		// counts, and fills the queue.
+		if err := ins.RunTask(cfg.Queue, task["j2"]); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 4 || st.HandedOver != 2 {
+			t.Fatalf("stats %+v, %v; want depth 4, 2 in asynq's pending list", st, err)
+		}
+		if _, err := p.Enqueue(ctx, Job{ID: "j5", Tenant: "a", Type: "x"}); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("enqueue with a task run again: %v; want ErrQueueFull", err)
+		}
+		for id, want := range map[string]int64{"j0": 1, "j1": 0, "j2": 1, "j3": 0, "j5": 0} {
+			if n := idCount(t, client, p, id); n != want {
+				t.Errorf("id %s counted %d times; want %d", id, n, want)
+			}
 		}
 	})
 }
@@ -497,13 +489,13 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		}
 		// The claim hands it over under its bare id.
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.handover, k.meta, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
 			10, k.tenantPrefix, "", 32, "0", k.asynqTask, cfg.Queue, 3600).Slice()
 		if err != nil || len(v) != 3 || v[0] != int64(3) || v[1] != int64(1) {
 			t.Fatalf("claim: %v, %v; want one job handed over", v, err)
 		}
-		if entries, err := client.LRange(ctx, k.handover, 0, -1).Result(); err != nil || len(entries) != 1 || entries[0] != "sluice:old-1:0 old-1" {
-			t.Fatalf("handed over: %q, %v; want the bare id's task", entries, err)
+		if pending, err := client.LRange(ctx, k.asynqPending, 0, -1).Result(); err != nil || len(pending) != 1 || pending[0] != "sluice:old-1:0" {
+			t.Fatalf("asynq's pending list: %q, %v; want the bare id's task", pending, err)
 		}
 		if n, err := client.Exists(ctx, k.asynqTask+"sluice:old-1:0").Result(); err != nil || n != 1 {
 			t.Fatalf("asynq task sluice:old-1:0: %d, %v; want it", n, err)
@@ -512,7 +504,7 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
 		waitFor(t, 10*time.Second, "the old job to run and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, k.ids, k.handover).Result()
+			n, err2 := client.Exists(ctx, k.ids).Result()
 			return rec.count() == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
 		})
 		rec.mu.Lock()

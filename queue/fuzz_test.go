@@ -536,7 +536,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 					return left
 				}
 				k := p.keys
-				check := []string{k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.handover, k.ids}
+				check := []string{k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.ids}
 				for _, tenant := range tenants {
 					_, list, _ := k.tenant(tenant)
 					check = append(check, list)

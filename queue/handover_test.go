@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -56,7 +57,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err := client.RPush(ctx, list, env).Err(); err != nil {
 					t.Fatal(err)
 				}
-				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.handover, k.meta, k.cdepth, k.asynqPending},
+				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
 					env, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
 				if err != nil || taken != 1 {
 					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
@@ -104,7 +105,8 @@ func testProducer(t *testing.T, client redis.UniversalClient, bound int64) (Conf
 
 // handOverAll enqueues jobs of the ids for tenant "a" and hands them all
 // over with one claim of a new Server, without a worker. It returns the
-// Server and the handed-over entries, one per job.
+// Server and the jobs' asynq task ids, in the order of the jobs, having
+// checked that asynq's pending list holds them in that order.
 func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Producer, ids ...string) (*Server, []string) {
 	t.Helper()
 	ctx := context.Background()
@@ -120,11 +122,18 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 	if _, err := s.dispatchOne(ctx); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := client.LRange(ctx, p.keys.handover, 0, -1).Result()
-	if err != nil || len(entries) != len(ids) {
-		t.Fatalf("handed-over jobs %q, %v; want %d", entries, err, len(ids))
+	pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
+	if err != nil || len(pending) != len(ids) {
+		t.Fatalf("asynq's pending list %q, %v; want %d tasks", pending, err, len(ids))
 	}
-	return s, entries
+	// asynq dequeues from the tail: the oldest is last.
+	slices.Reverse(pending)
+	for i, task := range pending {
+		if !regexp.MustCompile(`^sluice:` + regexp.QuoteMeta(ids[i]) + `@[0-9a-f]{16}:0$`).MatchString(task) {
+			t.Fatalf("task %d: %q; want the task of job %s, in the order of the jobs", i, task, ids[i])
+		}
+	}
+	return s, pending
 }
 
 // takeTask returns the hash of asynq task id and deletes it, checking that
@@ -140,7 +149,7 @@ func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map
 	if err != nil || len(pending) != 1 || pending[0] != id {
 		t.Fatalf("pending list %q, %v; want [%s]", pending, err, id)
 	}
-	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending, k.handover).Err(); err != nil {
+	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending).Err(); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -363,64 +372,74 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 	})
 }
 
-// TestEarlierHandedOverMoved: the handed-over jobs that the version
-// before the handover list recorded (a sorted set in hand-over order, and
-// a hash of "<task id> <tenant> <id> <class>") are moved into the list at
-// start, oldest first and ahead of entries already there, and are then
-// counted out as asynq gives them to workers. That version counted them
-// in their class (this one counts waiting jobs only) and kept per-tenant
-// counts (this one reads the tenant's list): the classes lose them, and
-// the per-tenant counts go.
-func TestEarlierHandedOverMoved(t *testing.T) {
+// TestEarlierHandedOverCountedOut: earlier versions kept a handed-over job
+// in the depth and its id in the ids hash until a worker took it, with a
+// record of their own: a sorted set in hand-over order and a hash of
+// "<task id> <tenant> <id> <class>" (that version also counted the job in
+// its class, and per tenant), then a list of "<task id> <id>". At start
+// the records' jobs leave those counts and the records go; asynq's pending
+// list, which holds the tasks, counts them from then on. Jobs waiting in
+// the room keep their counts.
+func TestEarlierHandedOverCountedOut(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
 		k := p.keys
-		s, entries := handOverAll(t, client, cfg, p, "j0", "j1", "j2", "j3")
-		// The first three as the earlier version recorded them; the last
-		// as this one did.
-		var tasks []string
+		ids := []string{"j0", "j1", "j2", "j3"}
+		s, tasks := handOverAll(t, client, cfg, p, ids...)
+		if _, err := p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		// j0 and j1 as the sorted-set version recorded them, j2 and j3 as
+		// the handover-list version did, with what each counted for them.
 		enc, _, _ := k.tenant("a")
-		for i, e := range entries[:3] {
-			f := strings.Fields(e) // <task id> <id>
-			key := strings.TrimSuffix(strings.TrimPrefix(f[0], "sluice:"), ":0")
-			if err := client.ZAdd(ctx, k.oldHanded, redis.Z{Score: float64(1000 + i), Member: key}).Err(); err != nil {
+		for i, task := range tasks {
+			if i < 2 {
+				key := strings.TrimSuffix(strings.TrimPrefix(task, "sluice:"), ":0")
+				if err := client.ZAdd(ctx, k.oldHanded, redis.Z{Score: float64(1000 + i), Member: key}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.HSet(ctx, k.oldHinfo, key, task+" "+enc+" "+ids[i]+" default").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := client.HIncrBy(ctx, k.cdepth, "default", 1).Err(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := client.RPush(ctx, k.oldHandover, task+" "+ids[i]).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := client.HSet(ctx, k.oldHinfo, key, f[0]+" "+enc+" "+f[1]+" default").Err(); err != nil {
+			if err := client.HSet(ctx, k.ids, ids[i], 1).Err(); err != nil {
 				t.Fatal(err)
 			}
-			tasks = append(tasks, f[0])
 		}
-		// What that version counted for them.
-		if err := client.HIncrBy(ctx, k.cdepth, "default", 3).Err(); err != nil {
+		if err := client.HIncrBy(ctx, k.meta, "depth", 4).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.HSet(ctx, k.oldTdepth, enc, 4).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.LTrim(ctx, k.handover, 3, -1).Err(); err != nil {
+		if err := client.HSet(ctx, k.oldTdepth, enc, 5).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.checkLegacy(ctx); err != nil {
 			t.Fatal(err)
 		}
-		moved, err := client.LRange(ctx, k.handover, 0, -1).Result()
-		if err != nil || !slices.Equal(moved, entries) {
-			t.Fatalf("after the move %q, %v; want %q", moved, err, entries)
-		}
-		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo, k.oldTdepth, k.cdepth).Result(); err != nil || n != 0 {
+		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo, k.oldTdepth, k.oldHandover).Result(); err != nil || n != 0 {
 			t.Fatalf("%d earlier keys left, %v; want none", n, err)
 		}
-		// asynq gives the two oldest to workers: they leave the depth.
-		for _, task := range tasks[:2] {
-			if err := client.HSet(ctx, k.asynqTask+task, "state", "active").Err(); err != nil {
-				t.Fatal(err)
-			}
+		if got, err := client.HGetAll(ctx, k.ids).Result(); err != nil || len(got) != 1 || got["j4"] != "1" {
+			t.Fatalf("ids %v, %v; want only the waiting j4", got, err)
 		}
 		st, err := p.Stats(ctx)
-		if err != nil || st.Depth != 2 || st.HandedOver != 2 {
-			t.Fatalf("stats %+v, %v; want depth 2, 2 handed over", st, err)
+		if err != nil || st.Depth != 5 || st.HandedOver != 4 || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {
+			t.Fatalf("stats %+v, %v; want depth 5 (j4 waiting, 4 in asynq's pending list), one job in class default", st, err)
+		}
+		if d, err := client.HGet(ctx, k.meta, "depth").Int(); err != nil || d != 1 {
+			t.Fatalf("the room's depth %d, %v; want 1", d, err)
+		}
+		// Once more changes nothing.
+		if err := s.checkLegacy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st2, err := p.Stats(ctx); err != nil || st2.Depth != 5 {
+			t.Fatalf("after a second start: %+v, %v; want depth 5", st2, err)
 		}
 	})
 }

@@ -41,9 +41,8 @@ type EnqueueResponse struct {
 //   - 202 Accepted with the job's id;
 //   - 400 with a JSON error for a bad request;
 //   - 409 with reason "duplicate" and the job's id when a job with that
-//     id is already in the queue (waiting, or handed over and not yet
-//     taken by a worker; see Job.ID): nothing was written, the job
-//     already there will run;
+//     id is waiting in the queue (see Job.ID): nothing was written,
+//     the job already there will run;
 //   - 429 with Retry-After, RateLimit-Policy and RateLimit (IETF
 //     draft-ietf-httpapi-ratelimit-headers) and X-RateLimit-Limit,
 //     -Remaining and -Reset when the tenant's admission policy refuses;

@@ -56,15 +56,16 @@ type Job struct {
 	// ID identifies the job; a random one is chosen when empty. At most
 	// MaxIDLen bytes of [A-Za-z0-9_.:-].
 	//
-	// An ID is unique in its queue while its job is in the queue: from
-	// the enqueue until a worker takes it (waiting, or handed to asynq
-	// and pending there), and again whenever the job is put back to wait
-	// (throttled, rescheduled). Meanwhile Enqueue refuses another job of
-	// that ID with a *DuplicateJobError and writes nothing, so a producer
-	// that lost the answer to an enqueue can safely send it again. Once
-	// a worker has taken it, the ID may be used again: the new job is
-	// a separate job that runs on its own, even while the first is still
-	// running, retrying, or remembered by asynq as completed (each
+	// An ID is unique in its queue while its job waits in the waiting
+	// room: from the enqueue until it is handed to asynq (at most about
+	// Prefetch jobs ahead of the workers), and again whenever the job is
+	// put back to wait (throttled, rescheduled). Meanwhile Enqueue
+	// refuses another job of that ID with a *DuplicateJobError and writes
+	// nothing, so a producer that lost the answer to an enqueue can
+	// safely send it again. Once handed over, the job is asynq's and the
+	// ID may be used again: the new job is a separate job that runs on
+	// its own, even while the first is still pending in asynq, running,
+	// retrying, or remembered by asynq as completed (each
 	// enqueue gets its own Nonce, so their asynq tasks never collide).
 	// Handlers that must not act twice for one ID should use it as an
 	// idempotency key.
@@ -152,17 +153,16 @@ func (e *QueueFullError) Error() string {
 // Unwrap returns ErrQueueFull.
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
-// DuplicateJobError: a job with the same ID is in the queue (waiting, or
-// handed to asynq and not yet taken by a worker). Nothing was written; the
-// job already there will run. Retrying is pointless until a worker has
-// taken that job.
+// DuplicateJobError: a job with the same ID waits in the queue's waiting
+// room. Nothing was written; the job already there will run. Retrying is
+// pointless until that job has been handed to asynq.
 type DuplicateJobError struct {
 	Queue string
 	ID    string
 }
 
 func (e *DuplicateJobError) Error() string {
-	return fmt.Sprintf("%v: a job with id %q is already in queue %q (waiting or handed over, not yet taken by a worker)", ErrDuplicateJob, e.ID, e.Queue)
+	return fmt.Sprintf("%v: a job with id %q is already waiting in queue %q", ErrDuplicateJob, e.ID, e.Queue)
 }
 
 // Unwrap returns ErrDuplicateJob.

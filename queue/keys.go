@@ -17,17 +17,18 @@ const DefaultPrefix = "sluice:q"
 // Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
 // tag is the name as it is.
 type keys struct {
-	meta, cdepth, ring, members, weights, turns, sleep, handover, ids string
-	tenantPrefix, admPrefix                                           string
+	meta, cdepth, ring, members, weights, turns, sleep, ids string
+	tenantPrefix, admPrefix                                 string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
 	// legacyMeta and legacyHanded are keys of the layout before the tag
 	// was asynq's ({=Q}); a waiting room there is refused at start.
 	legacyMeta, legacyHanded string
-	// oldHanded and oldHinfo held the handed-over jobs before handover
-	// (a sorted set and a hash), and oldTdepth per-tenant counts, in the
-	// version before this one; Server.Start moves and deletes them.
-	oldHanded, oldHinfo, oldTdepth string
+	// Earlier versions recorded handed-over jobs in oldHanded and
+	// oldHinfo (a sorted set and a hash, with per-tenant counts in
+	// oldTdepth), then in oldHandover (a list); Server.Start takes them
+	// out of the counts and deletes them (queue_migrate.lua).
+	oldHanded, oldHinfo, oldTdepth, oldHandover string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -46,7 +47,6 @@ func newKeys(prefix, queue string) (keys, error) {
 		weights:      k("weights"),
 		turns:        k("turns"),
 		sleep:        k("sleep"),
-		handover:     k("handover"),
 		ids:          k("ids"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
@@ -57,6 +57,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		oldHanded:    k("handed"),
 		oldHinfo:     k("hinfo"),
 		oldTdepth:    k("tdepth"),
+		oldHandover:  k("handover"),
 	}, nil
 }
 

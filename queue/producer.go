@@ -40,8 +40,8 @@ type Config struct {
 	Bound int64
 	// TenantBound is the most jobs one tenant may have waiting in the
 	// waiting room, not yet handed to asynq (TenantDepth); 0 for no
-	// bound. At most Prefetch jobs of the queue, all tenants together,
-	// are handed over and not yet taken.
+	// bound. About Prefetch jobs per dispatcher, all tenants together,
+	// wait in asynq's pending list, where Bound counts them.
 	TenantBound int64
 	// MaxPayload is the largest payload accepted; default
 	// DefaultMaxPayload.
@@ -199,20 +199,11 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	k := p.keys
 	enqueue := func() ([]int64, error) {
 		return scripts.QueueEnqueue(alg).Run(ctx, p.client,
-			[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids},
+			[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
 			p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
 			adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
 	}
 	v, err := enqueue()
-	if err == nil && len(v) == 5 && (v[0] == 1 || v[0] == 4) {
-		// Refused for the queue's bound or an id: the depth and the ids
-		// may still hold jobs that workers took since the last claim.
-		// Count those out, and if there were any, ask again (once).
-		var n int
-		if n, err = reconcile(ctx, p.client, k); err == nil && n > 0 {
-			v, err = enqueue()
-		}
-	}
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -246,11 +237,12 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {
-	// Depth counts jobs waiting, or handed to asynq and not yet taken
-	// by a worker.
+	// Depth counts the jobs waiting to start, which the queue's Bound
+	// bounds: in the waiting room, or in asynq's pending list.
 	Depth int64
-	// HandedOver counts jobs handed to asynq and not yet taken by a
-	// worker.
+	// HandedOver counts the tasks in asynq's pending list: jobs handed
+	// over and not yet taken by a worker (at most about Prefetch per
+	// dispatcher), and asynq's own retries that are due.
 	HandedOver int64
 	// Tenants counts tenants with jobs waiting (in the round-robin, or
 	// asleep until their throttle has room).
@@ -268,14 +260,9 @@ func (p *Producer) Stats(ctx context.Context) (Stats, error) {
 }
 
 func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, error) {
-	// Jobs that asynq gave to workers since the last claim leave the
-	// counts first.
-	if _, err := reconcile(ctx, c, k); err != nil {
-		return Stats{}, err
-	}
 	pipe := c.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
-	handed := pipe.LLen(ctx, k.handover)
+	handed := pipe.LLen(ctx, k.asynqPending)
 	tenants := pipe.SCard(ctx, k.members)
 	sleeping := pipe.ZCard(ctx, k.sleep)
 	classes := pipe.HGetAll(ctx, k.cdepth)
@@ -283,7 +270,7 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 		return Stats{}, err
 	}
 	d, _ := depth.Int64()
-	st := Stats{Depth: d, HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
+	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
 	for c, v := range classes.Val() {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		st.ByClass[c] = n
@@ -292,9 +279,9 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 }
 
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
-// jobs waiting in the waiting room, not yet handed to asynq. (At most
-// Prefetch of the queue's jobs, all tenants together, are handed over and
-// not yet taken by a worker: Stats.HandedOver.)
+// jobs waiting in the waiting room, not yet handed to asynq. (About
+// Prefetch per dispatcher of the queue's jobs, all tenants together, are
+// handed over and not yet taken by a worker: Stats.HandedOver.)
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	_, list, err := p.keys.tenant(tenant)
 	if err != nil {

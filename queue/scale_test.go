@@ -55,7 +55,7 @@ func keyClass(k string) (class string, permanent bool) {
 		return "tenant lists", true
 	case strings.HasPrefix(k, room) && strings.HasSuffix(k, tag):
 		// meta (the depth counter) stays; the others (cdepth, ring,
-		// members, weights, turns, sleep, handover, ids) hold one entry
+		// members, weights, turns, sleep, ids) hold one entry
 		// per tenant, class or job present and vanish when empty.
 		return "waiting room structures", true
 	case strings.HasPrefix(k, "asynq:{"+scaleQueue+"}:t:"):

@@ -35,8 +35,10 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
-	// Prefetch is the most jobs handed to asynq and not yet taken by a
-	// worker, fleet-wide; default 3 × Concurrency. Keep it at least the
+	// Prefetch is how many tasks asynq's pending list may hold before the
+	// dispatcher hands more jobs over (handed-over jobs not yet taken by
+	// a worker, and asynq's own retries that are due), fleet-wide;
+	// default 3 × Concurrency. Keep it at least the
 	// fleet's total concurrency. The dispatcher hands jobs over in
 	// batches of up to 2 × Concurrency (or Prefetch, if smaller; at most
 	// 32).
@@ -162,8 +164,8 @@ func (s *Server) Start(h Handler) error {
 
 // checkLegacy refuses a queue whose waiting room holds jobs under the key
 // layout before the queue's keys took asynq's hash tag ({=Q} instead of
-// {Q}): this version would never drain them. It moves the handed-over
-// jobs of the version before the handover list into it.
+// {Q}): this version would never drain them. It also takes the
+// handed-over jobs that earlier versions recorded out of the counts.
 func (s *Server) checkLegacy(ctx context.Context) error {
 	pipe := s.client.Pipeline()
 	depth := pipe.HGet(ctx, s.keys.legacyMeta, "depth")
@@ -177,11 +179,12 @@ func (s *Server) checkLegacy(ctx context.Context) error {
 			"drain them with that version's workers before starting this one (docs/queue.md, Upgrading)",
 			s.cfg.Queue, waiting, s.keys.legacyMeta)
 	}
-	// The version before the handover list recorded handed-over jobs in
-	// a sorted set and a hash: move them, or they would never be counted
-	// out of the depth.
-	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{s.keys.oldHanded, s.keys.oldHinfo, s.keys.oldTdepth, s.keys.handover, s.keys.cdepth}).Err(); err != nil {
-		return fmt.Errorf("sluice: queue %q: moving handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
+	// Earlier versions kept handed-over jobs in the depth and the ids
+	// until a worker took them, with records of their own; this one
+	// counts them in asynq's pending list.
+	k := s.keys
+	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{k.oldHanded, k.oldHinfo, k.oldTdepth, k.oldHandover, k.cdepth, k.meta, k.ids}).Err(); err != nil {
+		return fmt.Errorf("sluice: queue %q: counting out the handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
 	}
 	return nil
 }
@@ -321,8 +324,6 @@ func (s *Server) left() {
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
-	// The entry of the hand-over that brought the job here.
-	entry := job.taskID() + " " + job.ID
 	job.Moves++
 	env, err := job.encode()
 	if err != nil {
@@ -331,8 +332,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.handover, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids},
-		entry, env, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids},
+		env, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

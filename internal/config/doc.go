@@ -16,7 +16,7 @@
 //	  name: default            # asynq queue name
 //	  bound: 100000            # most jobs waiting, not yet started (required)
 //	  tenant_bound: 10000      # most jobs waiting per tenant; 0 = no bound
-//	  prefetch: 64             # most jobs handed to asynq but not started
+//	  prefetch: 64             # most tasks in asynq's pending list
 //	  max_payload: 1MiB        # largest job payload
 //	  retention: 1h            # how long completed jobs are remembered
 //
@@ -49,17 +49,19 @@
 //
 //   - name: the asynq queue's name, 1 to 64 characters of A-Z, a-z, 0-9,
 //     "_", "." and "-". Default "default".
-//   - bound: the most jobs the queue holds that have not started (waiting,
-//     or handed to asynq). Enqueue refuses a job beyond it with a "queue
-//     full" error; the bound is exact under concurrent producers. Required,
-//     1 to 2^40.
+//   - bound: the most jobs waiting to start: in sluice's waiting room, or
+//     in asynq's pending list (handed over and not yet taken by a worker,
+//     or asynq's own retries that are due). Enqueue refuses a job beyond
+//     it with a "queue full" error; the bound is exact under concurrent
+//     producers. Required, 1 to 2^40.
 //   - tenant_bound: the most jobs one tenant may have waiting in sluice's
 //     waiting room (not yet handed to asynq), so that one tenant's backlog
 //     cannot fill the queue. 0 (the default) for no per-tenant bound; at
 //     most bound.
-//   - prefetch: the most jobs handed to asynq but not yet started, across
-//     the whole fleet. Keep it at least the fleet's total worker
-//     concurrency. Default 64, at most 1,000,000.
+//   - prefetch: how many tasks asynq's pending list may hold before a
+//     dispatcher hands more jobs over, across the whole fleet. Keep it at
+//     least the fleet's total worker concurrency. Default 64, at most
+//     1,000,000.
 //   - max_payload: the largest job payload. A number of bytes, or a number
 //     with a B, KiB or MiB suffix ("512KiB", "1MiB"). Default 1MiB, at
 //     most 64MiB.

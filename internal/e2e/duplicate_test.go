@@ -46,7 +46,7 @@ downstreams:
 	for _, tenant := range []string{"t0", "t1"} {
 		code, body, err = post(w.addr, a.jobLine("waits", tenant))
 		if err != nil || code != http.StatusConflict || body.Reason != "duplicate" || body.ID != "waits" ||
-			!strings.Contains(body.Error, `"waits" is already in queue`) {
+			!strings.Contains(body.Error, `"waits" is already waiting in queue`) {
 			t.Fatalf("POST waits again (tenant %s): %d %+v %v; want 409 duplicate", tenant, code, body, err)
 		}
 	}

@@ -495,10 +495,9 @@ func checkQuota(t *testing.T, a *api, quota, tolerance int) {
 }
 
 // census says where each job is in Redis: "asynq:<state>" (with
-// "+orphaned" for an active task whose worker's lease ran out),
-// "waiting" (in its tenant's list) or "handed" (handed to asynq and not
-// started, by sluice's records); a job found nowhere is absent from the
-// map.
+// "+orphaned" for an active task whose worker's lease ran out; a job
+// handed over and not yet taken is "asynq:pending") or "waiting" (in its
+// tenant's list); a job found nowhere is absent from the map.
 func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (map[string]string, error) {
 	where := map[string]string{}
 	ins := asynq.NewInspectorFromRedisClient(rdb)
@@ -538,16 +537,6 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 	}
 	// The waiting room's keys carry asynq's hash tag, {<queue>}.
 	tag := "{" + queueName + "}"
-	// Entries "<tenant> <task id> <job id> <class>".
-	handed, err := rdb.LRange(ctx, queue.DefaultPrefix+":handover:"+tag, 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	for _, entry := range handed {
-		if f := strings.Fields(entry); len(f) == 4 && where[f[2]] == "" {
-			where[f[2]] = "handed"
-		}
-	}
 	prefix := queue.DefaultPrefix + ":t:" + tag
 	for _, tenant := range tenants {
 		enc, _ := keyspace.Encode(tenant)
@@ -583,10 +572,9 @@ func summarize(where map[string]string, ids []string) map[string]int {
 // heldByAsynq reports whether a job at place s will run again without
 // anyone's help: asynq has it pending, scheduled, in its retry set, or
 // active (held by a live worker, or by a dead one whose lease asynq's
-// recoverer will reclaim), or handed over and not yet counted out of the
-// waiting room ("handed": its task is in asynq too).
+// recoverer will reclaim).
 func heldByAsynq(s string) bool {
-	return strings.HasPrefix(s, "asynq:") && !strings.HasPrefix(s, "asynq:archived") || s == "handed"
+	return strings.HasPrefix(s, "asynq:") && !strings.HasPrefix(s, "asynq:archived")
 }
 
 // settle waits until every job of ids has had a 2xx from the downstream

@@ -9,9 +9,8 @@
 //	2  bad usage or an invalid job (nothing enqueued for it)
 //	3  refused by the tenant's admission policy (rate limited)
 //	4  refused because the queue or the tenant's backlog is full
-//	5  refused because a job with the same id is already in the queue
-//	   (waiting, or handed over and not yet taken by a worker): nothing was
-//	   enqueued, the job already there will run
+//	5  refused because a job with the same id is waiting in the queue:
+//	   nothing was enqueued, the job already there will run
 package enqueuecmd
 
 import (
@@ -311,8 +310,8 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *config.Config, stdou
 		return ExitFailure
 	}
 	fmt.Fprintf(stdout, "queue %s\n", cfg.Queue.Name)
-	fmt.Fprintf(stdout, "  depth        %d of %d (waiting, or handed over and not yet taken by a worker)\n", st.Depth, cfg.Queue.Bound)
-	fmt.Fprintf(stdout, "  handed over  %d (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
+	fmt.Fprintf(stdout, "  depth        %d of %d (waiting to start: in the waiting room, or in asynq's pending list)\n", st.Depth, cfg.Queue.Bound)
+	fmt.Fprintf(stdout, "  pending      %d in asynq's pending list (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
 	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep (throttle paused or no slot soon)\n", st.Tenants, st.Sleeping)
 	return ExitOK
 }

@@ -49,7 +49,7 @@ func TestDuplicateIDExitCode(t *testing.T) {
 	for _, extra := range [][]string{nil, {"-wait", "-max-wait", "1h"}} {
 		args := append([]string{"-tenant", "other", "-type", "x", "-id", "order-1"}, extra...)
 		code, out, errs = c.run("", args...)
-		if code != ExitDuplicate || out != "" || !strings.Contains(errs, `duplicate job: a job with id "order-1" is already in queue "cli"`) ||
+		if code != ExitDuplicate || out != "" || !strings.Contains(errs, `duplicate job: a job with id "order-1" is already waiting in queue "cli"`) ||
 			!strings.Contains(errs, "the job already queued will run") {
 			t.Fatalf("duplicate %v: exit %d, stdout %q, stderr %q; want exit %d saying the id is queued", extra, code, out, errs, ExitDuplicate)
 		}

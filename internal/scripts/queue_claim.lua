@@ -2,23 +2,23 @@
 -- to asynq, up to a batch. A job that names a downstream, when the
 -- dispatcher must first check its throttle, is only shown, not taken (the
 -- batch stops there); the dispatcher then takes it with queue_take.lua or
--- puts its tenant to sleep. First, handed-over jobs that asynq has given
--- to a worker leave the depth (reconcile); tenants whose sleep has ended
--- rejoin the ring; tenants found with no work leave it. A taken job is
--- written into asynq in this same step (hand_over), and stays counted in
--- the queue's depth until asynq gives it to a worker.
+-- puts its tenant to sleep. Tenants whose sleep has ended rejoin the
+-- ring; tenants found with no work leave it. A taken job is written into
+-- asynq in this same step (hand_over) and leaves the waiting room's
+-- counts; asynq's pending list holds it until a worker takes it.
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
---          5 turns hash (jobs taken in the current turn), 6 handed-over
---          jobs' entries, 7 meta hash, 8 per-class count of waiting jobs,
---          9 ids hash, 10 asynq's pending list (see queue_handover.lua)
--- ARGV     1 prefetch (most handed-over jobs at once), 2 the prefix of the
+--          5 turns hash (jobs taken in the current turn), 6 meta hash,
+--          7 per-class count of waiting jobs, 8 ids hash, 9 asynq's
+--          pending list (see queue_handover.lua)
+-- ARGV     1 prefetch (the most tasks asynq's pending list may hold
+--          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
 --          if jobs that name a downstream must be shown, not taken,
 --          6 asynq's task key prefix, 7 the queue's name, 8 asynq's
 --          Retention (s)
--- Uses     prelude.lua (int, clock), queue_handover.lua, queue_count.lua
+-- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  {3, n, more}                 n jobs handed over; more is 1
 --                                       when the next claim should come
 --                                       at once (the batch was full and
@@ -27,12 +27,11 @@
 --          {1, tenant, envelope}        a job to check before taking
 --          {0, wait µs}                 nothing ready; the next sleeper
 --                                       wakes in wait µs (-1: none)
---          {2, handed over}             prefetch is full
-local H = {handover = KEYS[6], meta = KEYS[7], cdepth = KEYS[8], ids = KEYS[9], pending = KEYS[10],
+--          {2, pending}                 prefetch is full
+local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
   taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
 local now = clock(ARGV[3])
-reconcile(H, 1000)
-local handed = redis.call('LLEN', KEYS[6])
+local handed = redis.call('LLEN', KEYS[9])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
 if room <= 0 then return {2, handed} end
 local peek = ARGV[5] == '1'

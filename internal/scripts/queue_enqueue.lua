@@ -1,23 +1,21 @@
 -- Admit a job by its tenant's policy and add it to the tenant's list of the
 -- waiting room, against the queue's exact bound: one atomic step, so that
 -- concurrent producers can never push the queue past its bound, and a job
--- refused for a full queue consumes no admission. A job whose id is already
--- in the queue (waiting, or handed to asynq and not yet taken by a worker)
--- is refused first, writing nothing: the same check and the same step, so
--- that of concurrent producers sending one id exactly one gets in. The
--- depth and the ids include handed-over jobs that workers have taken since
--- the last reconcile (queue_reconcile.lua): a Producer refused for an id
--- or the queue's bound runs that script and, if it counted any job out,
--- this one once more. A tenant's backlog is its jobs in the waiting room.
+-- refused for a full queue consumes no admission. The bound counts the
+-- jobs waiting to start: in the waiting room (the depth) and in asynq's
+-- pending list (handed over, or asynq's own retries that are due). A job
+-- whose id is waiting in the room already is refused first, writing
+-- nothing: the same check and the same step, so that of concurrent
+-- producers sending one id exactly one gets in. A tenant's backlog is its
+-- jobs in the waiting room.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
--- KEYS     1 meta hash (depth: jobs waiting, or handed to asynq and not
---          yet taken by a worker), 2 ring of tenants with work, 3 set of
---          tenants in the ring or asleep, 4 weights hash, 5 the tenant's
---          list (its length is the tenant's backlog), 6 the tenant's
---          admission state, 7 per-class count of waiting jobs (for
---          metrics), 8 ids hash (job id -> how many jobs of that id are in
---          the queue)
+-- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of
+--          tenants with work, 3 set of tenants in the ring or asleep,
+--          4 weights hash, 5 the tenant's list (its length is the
+--          tenant's backlog), 6 the tenant's admission state, 7 per-class
+--          count of waiting jobs (for metrics), 8 ids hash (job id -> how
+--          many jobs of that id are waiting), 9 asynq's pending list
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's envelope,
 --          6..13 admit()'s arguments as in
@@ -27,10 +25,11 @@
 --          {1, depth, bound, 0, 0} queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
---          {4, 0, 0, 0, 0} a job of that id is in the queue
+--          {4, 0, 0, 0, 0} a job of that id is waiting
+-- (depth here: the room's and asynq's pending list's together)
 local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 if redis.call('HEXISTS', KEYS[8], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
-local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0')
+local depth = tonumber(redis.call('HGET', KEYS[1], 'depth') or '0') + redis.call('LLEN', KEYS[9])
 if depth >= bound then return {1, depth, bound, 0, 0} end
 if tbound > 0 then
   local tdepth = redis.call('LLEN', KEYS[5])

@@ -2,13 +2,10 @@
 -- (queue_claim.lua, queue_take.lua). Defines no keys and reads no
 -- arguments: callers pass a table H of names and settings, all under the
 -- queue's hash tag, which is asynq's own:
---   H.handover   list: an entry per handed-over job not yet counted out,
---                "<task id> <id>", in the order of the pushes onto
---                asynq's pending list
---   H.meta       hash: depth (jobs waiting, or handed over and not yet
---                taken by a worker), undecodable (a counter)
---   H.cdepth     hash: jobs waiting in the room, by metrics class
---   H.ids        hash: job id -> how many jobs of that id are in the queue
+--   H.meta       hash: depth (jobs in the waiting room), undecodable (a
+--                counter)
+--   H.cdepth     hash: jobs in the waiting room, by metrics class
+--   H.ids        hash: job id -> how many jobs of that id are waiting
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
 --   H.queue      the queue's name; H.retention asynq's Retention in s
@@ -18,8 +15,11 @@
 -- msg (asynq's TaskMessage, protocol buffers), state "pending" and
 -- pending_since (ns), and the task id pushed on the pending list. The
 -- step that takes it out of the waiting room does it, so a job is never
--- taken without being handed over. queue's TestHandOverWritesWhatAsynqWrites
--- compares the bytes with asynq's own Client.
+-- taken without being handed over; it leaves the waiting room's counts
+-- (depth, class, id) in that step too. From then on asynq's pending list
+-- holds it until a worker takes it, and the bound counts it there.
+-- queue's TestHandOverWritesWhatAsynqWrites compares the bytes with
+-- asynq's own Client.
 -- Uses prelude.lua (int).
 
 -- Protocol buffers, the two wire types asynq's TaskMessage needs here,
@@ -46,17 +46,20 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
--- message returns the task id of the job of envelope env, its entry
--- "<task id> <id>", its metrics class and its asynq message
+-- message returns the task id of the job of envelope env, its id (nil
+-- for text that is no envelope), its metrics class and its asynq message
 -- (queue.Job's taskID, maxRetry, timeout and class are the same in Go).
 -- Text that is not an envelope sluice wrote is handed over all the same,
 -- so that it does not block every claim behind it: the worker cannot
 -- decode it either and asynq archives it, where asynqmon shows it.
 local function message(H, env)
   local ok, j = pcall(cjson.decode, env)
+  local id
   if not ok or type(j) ~= 'table' or type(j.id) ~= 'string' or not string.find(j.id, '^[%w_.:%-]+$')
       or type(j.type) ~= 'string' or #j.type > 256 or not string.find(j.type, '^[%w_.:/%-]+$') then
     j = {id = 'undecodable-' .. redis.call('HINCRBY', H.meta, 'undecodable', 1), type = 'sluice.undecodable'}
+  else
+    id = j.id
   end
   local key = j.id
   if type(j.nonce) == 'string' and string.find(j.nonce, '^%x+$') then key = key .. '@' .. j.nonce end
@@ -78,37 +81,47 @@ local function message(H, env)
   -- Fields in number order, as asynq's Client (Go's protobuf) writes them.
   local msg = typ .. '\18' .. varint(#env) .. env .. '\26' .. varint(#task) .. task .. H.tail
     .. pb_uint(5, retry) .. pb_uint(8, timeout) .. H.retain
-  return task, task .. ' ' .. j.id, class, msg
+  return task, id, class, msg
 end
 
--- hand_over writes the job of envelope env into asynq and records it as
--- handed over: it has left the waiting room (its tenant's backlog and its
--- class's count) and stays in the queue's depth until asynq gives it to a
--- worker. flush(H) ends a batch of them. now is in µs.
+-- hand_over writes the job of envelope env into asynq; it leaves the
+-- waiting room's counts when flush(H) ends the batch. now is in µs.
 local function hand_over(H, env, now)
   if not H.push then
-    H.push, H.entries, H.types, H.classes = {}, {}, {}, {}
+    H.push, H.jobids, H.classes, H.types = {}, {}, {}, {}
     H.since = int(now) .. '000'
     -- The fields every task of the queue shares: queue and retention.
     H.tail = pb_bytes(4, H.queue)
     H.retain = pb_uint(12, H.retention)
   end
-  local task, entry, class, msg = message(H, env)
+  local task, id, class, msg = message(H, env)
   redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', H.since)
-  H.entries[#H.entries + 1] = entry
   H.push[#H.push + 1] = task
+  if id then H.jobids[#H.jobids + 1] = id end
   H.classes[class] = (H.classes[class] or 0) + 1
 end
 
 -- flush writes what hand_over batched: the pending list's pushes, in
--- order (asynq dequeues from the other end), the handed-over entries in
--- the same order, and the classes' counts.
+-- order (asynq dequeues from the other end), and the waiting room's
+-- counts: the depth, the classes and the ids lose the jobs.
 local function flush(H)
   if not H.push or #H.push == 0 then return end
   redis.call('LPUSH', H.pending, unpack(H.push))
-  redis.call('RPUSH', H.handover, unpack(H.entries))
+  redis.call('HINCRBY', H.meta, 'depth', -#H.push)
   for class, c in pairs(H.classes) do
     if redis.call('HINCRBY', H.cdepth, class, -c) <= 0 then redis.call('HDEL', H.cdepth, class) end
   end
-  H.push, H.entries, H.classes = {}, {}, {}
+  -- An id is almost always counted once: delete those in one call.
+  if #H.jobids > 0 then
+    local counts, gone = redis.call('HMGET', H.ids, unpack(H.jobids)), {}
+    for i, id in ipairs(H.jobids) do
+      if tonumber(counts[i] or '0') <= 1 then
+        gone[#gone + 1] = id
+      elseif redis.call('HINCRBY', H.ids, id, -1) <= 0 then
+        redis.call('HDEL', H.ids, id)
+      end
+    end
+    if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
+  end
+  H.push, H.jobids, H.classes = {}, {}, {}
 end

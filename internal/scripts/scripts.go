@@ -101,12 +101,8 @@ var (
 	queueUntakeSrc string
 	//go:embed queue_sleep.lua
 	queueSleepSrc string
-	//go:embed queue_reconcile.lua
-	queueReconcileSrc string
 	//go:embed queue_handover.lua
 	queueHandoverSrc string
-	//go:embed queue_count.lua
-	queueCountSrc string
 	//go:embed queue_migrate.lua
 	queueMigrateSrc string
 )
@@ -128,10 +124,9 @@ var queueEnqueue = func() map[string]*redis.Script {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim     = redis.NewScript(preludeSrc + queueHandoverSrc + queueCountSrc + queueClaimSrc)
-	QueueTake      = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
-	QueueReconcile = redis.NewScript(preludeSrc + queueCountSrc + queueReconcileSrc)
-	QueueUntake    = redis.NewScript(preludeSrc + queueUntakeSrc)
-	QueueSleep     = redis.NewScript(preludeSrc + queueSleepSrc)
-	QueueMigrate   = redis.NewScript(queueMigrateSrc)
+	QueueClaim   = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
+	QueueTake    = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
+	QueueUntake  = redis.NewScript(preludeSrc + queueUntakeSrc)
+	QueueSleep   = redis.NewScript(preludeSrc + queueSleepSrc)
+	QueueMigrate = redis.NewScript(queueMigrateSrc)
 )

@@ -21,11 +21,10 @@ import (
 // and the MONITOR profile can tell them apart.
 var sluiceScripts = func() map[string]string {
 	m := map[string]string{
-		scripts.QueueClaim.Hash():     "sluice queue_claim",
-		scripts.QueueTake.Hash():      "sluice queue_take",
-		scripts.QueueUntake.Hash():    "sluice queue_untake",
-		scripts.QueueSleep.Hash():     "sluice queue_sleep",
-		scripts.QueueReconcile.Hash(): "sluice queue_reconcile",
+		scripts.QueueClaim.Hash():  "sluice queue_claim",
+		scripts.QueueTake.Hash():   "sluice queue_take",
+		scripts.QueueUntake.Hash(): "sluice queue_untake",
+		scripts.QueueSleep.Hash():  "sluice queue_sleep",
 	}
 	m[scripts.QueueEnqueue("").Hash()] = "sluice queue_enqueue (no admission)"
 	for alg := range scripts.AdmitFunctions {
