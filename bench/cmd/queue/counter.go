@@ -25,6 +25,7 @@ var sluiceScripts = func() map[string]string {
 		scripts.QueueTake.Hash():   "sluice queue_take",
 		scripts.QueueUntake.Hash(): "sluice queue_untake",
 		scripts.QueueSleep.Hash():  "sluice queue_sleep",
+		feedScript.Hash():          "staged feeder",
 	}
 	m[scripts.QueueEnqueue("").Hash()] = "sluice queue_enqueue (no admission)"
 	for alg := range scripts.AdmitFunctions {

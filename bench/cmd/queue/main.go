@@ -60,6 +60,7 @@ type options struct {
 	timeout      time.Duration
 	only         map[string]bool
 	cpuprofile   string
+	staged       bool
 	quiet        bool
 }
 
@@ -91,6 +92,7 @@ func run() error {
 	flag.DurationVar(&o.phaseTimeout, "phase-timeout", 60*time.Second, "longest a drain may take; a drain cut short is reported as such")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest the whole run may take")
 	flag.StringVar(&only, "only", "", "comma-separated phases to run (enqueue,process,fair,arrivals,monitor); default all")
+	flag.BoolVar(&o.staged, "staged", true, "phase 2 also runs `staged`, a minimal staging queue in front of asynq, in every round: the ceiling of any design that keeps jobs out of asynq until a worker has room")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write this process's CPU profile of the whole run to this file")
 	flag.BoolVar(&o.quiet, "q", false, "no progress on stderr")
 	flag.Parse()

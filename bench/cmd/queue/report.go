@@ -115,7 +115,7 @@ func (r *report) enqueue(ctx context.Context, b *bench) error {
 		o.logf("   %.0f jobs/s", res.rate())
 		return res, nil
 	}
-	pair, ratio, ratios, err := rounds(o, run, enqResult.rate)
+	pair, ratio, ratios, _, err := rounds(o, run, enqResult.rate)
 	if err != nil {
 		return err
 	}
@@ -142,10 +142,14 @@ func (r *report) process(ctx context.Context, b *bench) error {
 	o := r.o
 	tenantOf := func(i int) string { return fmt.Sprintf("tenant-%d", i%o.procTenants) }
 	spec := drainSpec{n: o.jobs, tenantOf: tenantOf, groups: [][2]int{{0, o.jobs}}}
-	pair, ratio, ratios, err := rounds(o, func(which string) (drainResult, error) {
+	var extra []string
+	if o.staged {
+		extra = []string{"staged"}
+	}
+	pair, ratio, ratios, others, err := rounds(o, func(which string) (drainResult, error) {
 		o.logf("2. process: %s, %d pre-enqueued jobs, concurrency %d", which, o.jobs, o.concurrency)
 		return r.drain(ctx, b, which, int64(10*o.jobs), spec)
-	}, drainResult.rate)
+	}, drainResult.rate, extra...)
 	if err != nil {
 		return err
 	}
@@ -163,6 +167,16 @@ func (r *report) process(ctx context.Context, b *bench) error {
 	fmt.Printf("**sluice / asynq = %.2f** (target ≥ 0.9).\n\n", ratio)
 	fmt.Print(roundsLine(ratios, ratio))
 	r.target("2. processing jobs/s, sluice / asynq ≥ 0.9", f2(ratio), ratio >= 0.9 && !r.proc[1].timedOut)
+	if st := others["staged"]; len(st) > 0 {
+		s := make([]string, len(st))
+		per := make([]float64, len(st))
+		for i, v := range st {
+			s[i] = f2(v)
+			per[i] = ratios[i] / v
+		}
+		fmt.Printf("`staged` is the least a queue that keeps jobs out of asynq until a worker has room can do (round-robin across tenants and a throttle checked before dequeue both need that): jobs wait in one Redis list as ready-made asynq tasks, and a feeder in the worker process tops asynq's pending list up to %d with batches of at most %d, woken as sluice's dispatcher is, with no tenants, no JSON, no depth, ids or count-out. Its rounds ran beside the two above. **staged / asynq, median of %d rounds: %.2f** (in order: %s): the ceiling of any such design on this machine. sluice / staged, per round: median %.2f.\n\n",
+			3*o.concurrency, stageBatch, len(st), median(st), strings.Join(s, ", "), median(per))
+	}
 
 	fmt.Printf("The workers' round trips per completed job, by script or command (the clients' view; avg is the round-trip time seen by the caller):\n\n")
 	seen := map[string]bool{}
@@ -256,8 +270,11 @@ func (r *report) drain(ctx context.Context, b *bench, which string, bound int64,
 // newSystem returns asynq or sluice with producers on pc and the worker on
 // wc; sluice's tenants have no admission policy.
 func (r *report) newSystem(which string, pc, wc redis.UniversalClient, bound int64) (system, error) {
-	if which == "asynq" {
+	switch which {
+	case "asynq":
 		return newBare(pc, wc, r.o.concurrency, r.o.poll), nil
+	case "staged":
+		return newStaged(pc, wc, r.o.concurrency, r.o.poll), nil
 	}
 	return newSluice(pc, wc, bound, nil, r.o.concurrency, r.o.poll, r.o.retention)
 }
@@ -311,7 +328,7 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 	if arrivals {
 		ro.rounds = 1 // paced by the arrival rates: one round
 	}
-	pair, ratio, ratios, err := rounds(ro, run, drainResult.rate)
+	pair, ratio, ratios, _, err := rounds(ro, run, drainResult.rate)
 	if err != nil {
 		return err
 	}
@@ -543,29 +560,37 @@ func retentionText(d time.Duration) string {
 // ---- rounds ----
 
 // rounds runs a phase o.rounds times: in each round run(which) once for
-// asynq and once for sluice, asynq first in even rounds and sluice first
-// in odd ones. It returns the two results (asynq's, sluice's) of the round
-// whose ratio sluice / asynq of rate is the median (the lower of the two
-// middle ones for an even count), the median, and every round's ratio in
-// round order.
-func rounds[T any](o options, run func(which string) (T, error), rate func(T) float64) ([]T, float64, []float64, error) {
-	var pairs [][]T
+// asynq, once for sluice and once for each of extra, in an order that
+// turns from round to round so that each system goes first in turn. It
+// returns the results (asynq's, sluice's, then extra's) of the round whose
+// ratio sluice / asynq of rate is the median (the lower of the two middle
+// ones for an even count), the median, every round's ratio in round order,
+// and every round's ratio extra / asynq for each of extra.
+func rounds[T any](o options, run func(which string) (T, error), rate func(T) float64, extra ...string) ([]T, float64, []float64, map[string][]float64, error) {
+	systems := append([]string{"asynq", "sluice"}, extra...)
+	var sets [][]T
 	var ratios []float64
+	others := map[string][]float64{}
 	for k := 0; k < o.rounds; k++ {
-		order := []string{"asynq", "sluice"}
-		if k%2 == 1 {
-			order = []string{"sluice", "asynq"}
-		}
 		got := map[string]T{}
-		for _, which := range order {
+		for j := range systems {
+			which := systems[(j+k)%len(systems)]
 			res, err := run(which)
 			if err != nil {
-				return nil, 0, nil, err
+				return nil, 0, nil, nil, err
 			}
 			got[which] = res
 		}
-		pairs = append(pairs, []T{got["asynq"], got["sluice"]})
-		ratios = append(ratios, rate(got["sluice"])/rate(got["asynq"]))
+		set := make([]T, len(systems))
+		for j, which := range systems {
+			set[j] = got[which]
+		}
+		sets = append(sets, set)
+		base := rate(got["asynq"])
+		ratios = append(ratios, rate(got["sluice"])/base)
+		for _, which := range extra {
+			others[which] = append(others[which], rate(got[which])/base)
+		}
 	}
 	idx := make([]int, len(ratios))
 	for i := range idx {
@@ -573,7 +598,14 @@ func rounds[T any](o options, run func(which string) (T, error), rate func(T) fl
 	}
 	sort.Slice(idx, func(a, b int) bool { return ratios[idx[a]] < ratios[idx[b]] })
 	mid := idx[(len(idx)-1)/2]
-	return pairs[mid], ratios[mid], ratios, nil
+	return sets[mid], ratios[mid], ratios, others, nil
+}
+
+// median returns the median of v (the lower middle one for an even count).
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[(len(s)-1)/2]
 }
 
 // roundsLine says what the rounds measured.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -235,8 +236,12 @@ func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drain
 		return r, err
 	}
 	r.drainStart = b.since()
-	if err := sys.start(started); err != nil {
-		return r, err
+	// The systems' goroutines inherit a label, so that a -cpuprofile
+	// can be read per system: go tool pprof -tagfocus sys=sluice.
+	var startErr error
+	pprof.Do(ctx, pprof.Labels("sys", sys.name()), func(context.Context) { startErr = sys.start(started) })
+	if startErr != nil {
+		return r, startErr
 	}
 	arrivals := make(chan error, 1)
 	actx, stopArrivals := context.WithCancel(ctx)
