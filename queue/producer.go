@@ -40,7 +40,7 @@ type Config struct {
 	Bound int64
 	// TenantBound is the most jobs one tenant may have waiting in the
 	// waiting room, not yet handed to asynq (TenantDepth); 0 for no
-	// bound. About Prefetch jobs per dispatcher, all tenants together,
+	// bound. At most Prefetch jobs of the queue, all tenants together,
 	// wait in asynq's pending list, where Bound counts them.
 	TenantBound int64
 	// MaxPayload is the largest payload accepted; default
@@ -197,13 +197,10 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	enqueue := func() ([]int64, error) {
-		return scripts.QueueEnqueue(alg).Run(ctx, p.client,
-			[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
-			p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
-			adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
-	}
-	v, err := enqueue()
+	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
+		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
+		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -241,8 +238,8 @@ type Stats struct {
 	// bounds: in the waiting room, or in asynq's pending list.
 	Depth int64
 	// HandedOver counts the tasks in asynq's pending list: jobs handed
-	// over and not yet taken by a worker (at most about Prefetch per
-	// dispatcher), and asynq's own retries that are due.
+	// over and not yet taken by a worker (at most Prefetch), and asynq's
+	// own retries that are due.
 	HandedOver int64
 	// Tenants counts tenants with jobs waiting (in the round-robin, or
 	// asleep until their throttle has room).
@@ -279,9 +276,9 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 }
 
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
-// jobs waiting in the waiting room, not yet handed to asynq. (About
-// Prefetch per dispatcher of the queue's jobs, all tenants together, are
-// handed over and not yet taken by a worker: Stats.HandedOver.)
+// jobs waiting in the waiting room, not yet handed to asynq. (At most
+// Prefetch of the queue's jobs, all tenants together, are handed over and
+// not yet taken by a worker: Stats.HandedOver.)
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	_, list, err := p.keys.tenant(tenant)
 	if err != nil {
