@@ -101,12 +101,7 @@ return {#items, 0}
 `)
 
 func (s *staged) start(started func(int)) error {
-	s.srv = asynq.NewServerFromRedisClient(s.rc, asynq.Config{
-		Concurrency:       s.conc,
-		Queues:            map[string]int{queueName: 1},
-		TaskCheckInterval: s.poll,
-		LogLevel:          asynq.WarnLevel,
-	})
+	s.srv = newAsynqServer(s.rc, s.conc, s.poll)
 	wakeAfter := int64(2 * s.conc) // sluice's, with its default Prefetch of 3 × Concurrency
 	s.wake = make(chan struct{}, 1)
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {

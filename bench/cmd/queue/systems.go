@@ -60,13 +60,19 @@ func (b *bare) enqueue(ctx context.Context, _ int, _ string, payload []byte) err
 	return err
 }
 
-func (b *bare) start(started func(int)) error {
-	b.srv = asynq.NewServerFromRedisClient(b.rc, asynq.Config{
-		Concurrency:       b.conc,
+// newAsynqServer is the bare asynq worker both baselines run: queueName
+// only, polling every poll.
+func newAsynqServer(rc redis.UniversalClient, conc int, poll time.Duration) *asynq.Server {
+	return asynq.NewServerFromRedisClient(rc, asynq.Config{
+		Concurrency:       conc,
 		Queues:            map[string]int{queueName: 1},
-		TaskCheckInterval: b.poll,
+		TaskCheckInterval: poll,
 		LogLevel:          asynq.WarnLevel,
 	})
+}
+
+func (b *bare) start(started func(int)) error {
+	b.srv = newAsynqServer(b.rc, b.conc, b.poll)
 	return b.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		started(jobIndex(t.Payload()))
 		return nil
