@@ -202,3 +202,63 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 		t.Fatalf("stats %+v: want A asleep with its 1,000 jobs", st)
 	}
 }
+
+// TestClaimGoesOnPastEmptiedTenants: tenants whose lists have emptied stay
+// in the ring until a claim reaches them, and a claim leaves after 32 of
+// them to stay short. With 100 such tenants ahead of one that has work,
+// the dispatcher must go on at once, claim after claim, rather than wait
+// for a poll as if nothing were ready.
+func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 100; i++ {
+			if _, err := p.Enqueue(ctx, Job{Tenant: "e" + strconv.Itoa(i), Type: "x"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := NewServer(client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One job each, taken in one pass: the ring still holds all 100.
+		for i := 0; i < 4; i++ {
+			if _, err := s.dispatchOne(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, err := p.Stats(ctx); err != nil || st.Depth-st.HandedOver != 0 {
+			t.Fatalf("stats %+v, %v; want every job handed over", st, err)
+		}
+		if n, err := client.LLen(ctx, s.keys.ring).Result(); err != nil || n < 64 {
+			t.Fatalf("ring holds %d tenants, %v; want the emptied ones still in it", n, err)
+		}
+		if _, err := p.Enqueue(ctx, Job{Tenant: "z", Type: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		for claims := 1; ; claims++ {
+			wait, err := s.dispatchOne(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Depth == st.HandedOver {
+				t.Logf("z's job handed over at claim %d", claims)
+				break
+			}
+			if wait > 0 {
+				t.Fatalf("claim %d: told to wait %v with z's job still waiting", claims, wait)
+			}
+			if claims > 10 {
+				t.Fatalf("z's job still waiting after %d claims", claims)
+			}
+		}
+	})
+}
