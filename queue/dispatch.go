@@ -78,8 +78,8 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		return wait, nil
 	case 1: // a job to check against its throttle first
 		enc, _ := v[1].(string)
-		env, _ := v[2].(string)
-		return 0, s.checkAndTake(ctx, enc, env)
+		it, _ := v[2].(string)
+		return 0, s.checkAndTake(ctx, enc, it)
 	}
 	n, _ := v[1].(int64)
 	s.cfg.Metrics.handedOver(int(n))
@@ -95,12 +95,12 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 // the limit is checked before dequeue, so a tenant whose throttle is
 // paused or whose next slot is too far away sleeps, costing nothing, while
 // other tenants' jobs flow. Otherwise it takes the job and hands it over.
-func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
+func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	k := s.keys
 	// A job that cannot be read has no throttle to check: it is taken, and
 	// asynq archives it (queue_handover.lua), rather than stopping every
 	// claim behind it.
-	job, err := decodeJob([]byte(env))
+	job, err := decodeItem(it)
 	if err != nil {
 		job = &Job{}
 	}
@@ -120,7 +120,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, env string) error {
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
 		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
-		env, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
+		it, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}

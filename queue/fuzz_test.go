@@ -305,13 +305,13 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := room.client.LIndex(ctx, list, -1).Result()
+	it, err := room.client.LIndex(ctx, list, -1).Result()
 	if err != nil {
 		t.Fatalf("tenant %q: no job in its list: %v", req.Tenant, err)
 	}
-	j, err := decodeJob([]byte(env))
+	j, err := decodeItem(it)
 	if err != nil {
-		t.Fatalf("stored envelope %q: %v", env, err)
+		t.Fatalf("stored entry %q: %v", it, err)
 	}
 	if len(j.Nonce) != 16 || strings.Trim(j.Nonce, "0123456789abcdef") != "" {
 		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.Nonce)
@@ -588,7 +588,12 @@ func TestOversizedInputRefused(t *testing.T) {
 			// expired between the snapshots would look like a change.
 			pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 10, Period: time.Hour}
 			cfg := Config{Queue: hostileQueue("oversized"), Bound: 100, MaxPayload: 1000,
-				Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
+				Tenants: func(t string) TenantPolicy {
+					if t == "tabbed" { // a class no entry's header can hold
+						return TenantPolicy{Class: "a\tb"}
+					}
+					return TenantPolicy{Admission: &pol}
+				}}
 			p, err := NewProducer(client, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -613,6 +618,7 @@ func TestOversizedInputRefused(t *testing.T) {
 				{Job{Tenant: "acme", Type: strings.Repeat("t", MaxTypeLen+1)}, "use at most 256 bytes"},
 				{Job{Tenant: "acme", Type: "x", ID: strings.Repeat("i", MaxIDLen+1)}, "use at most 128 bytes"},
 				{Job{Tenant: "acme", Type: "x", Cost: 11}, "exceeds the capacity 10"},
+				{Job{Tenant: "tabbed", Type: "x"}, "tenant class contains a tab"},
 			} {
 				_, err := p.Enqueue(ctx, c.job)
 				if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), c.want) {
@@ -715,4 +721,26 @@ func TestNonUTF8TenantIsRefused(t *testing.T) {
 	if n, err := client.DBSize(ctx).Result(); err != nil || n != 0 {
 		t.Errorf("%d keys (%v) after refusals; want none", n, err)
 	}
+}
+
+// FuzzDecodeItem: decodeItem never panics on any entry, and the entry
+// Job.item writes decodes to the job it was written from.
+func FuzzDecodeItem(f *testing.F) {
+	good := Job{ID: "a", Nonce: "00ff00ff00ff00ff", Tenant: "t", Type: "x", Payload: []byte("p"), Class: "gold"}
+	it, err := good.item("q")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{it, "sluice2\t", "sluice2\t1:2:3:4\tc\t", "sluice2\t99:1:0:0\tc\tshort", `{"id":"a","tenant":"t","type":"x"}`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, entry string) {
+		j, err := decodeItem(entry)
+		if err == nil && (j.ID == "" || j.Tenant == "" || j.Type == "") {
+			t.Fatalf("decodeItem(%q) = %+v without an error", entry, j)
+		}
+		if entry == it && (err != nil || j.ID != "a" || string(j.Payload) != "p" || j.Class != "gold") {
+			t.Fatalf("the item of %+v decodes to %+v, %v", good, j, err)
+		}
+	})
 }

@@ -27,7 +27,9 @@ import (
 // pending list), for jobs that use every field the hand-over sets: the
 // defaults, no retries, retries used up, timeouts under a second and of
 // hours, later hand-overs, payloads whose lengths take one to three
-// bytes to write. A change of asynq's storage fails here first.
+// bytes to write; from this version's entries (queue.Job.item) and from
+// bare envelopes, as earlier versions queued them. A change of asynq's
+// storage fails here first.
 func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 	jobs := []Job{
 		{ID: "defaults", Tenant: "a", Type: "x"},
@@ -53,17 +55,34 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, list, _ := k.tenant(job.Tenant)
-				if err := client.RPush(ctx, list, env).Err(); err != nil {
+				item, err := job.item(cfg.Queue)
+				if err != nil {
 					t.Fatal(err)
 				}
-				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
-					env, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
-				if err != nil || taken != 1 {
-					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
-				}
+				// This version's entries, and bare envelopes as earlier
+				// versions wrote them, which the claim still hands over.
+				var msgs, since []string
 				task := job.taskID()
-				ours := takeTask(t, client, k, task)
+				for _, entry := range []string{item, env} {
+					_, list, _ := k.tenant(job.Tenant)
+					if err := client.RPush(ctx, list, entry).Err(); err != nil {
+						t.Fatal(err)
+					}
+					taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
+						entry, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
+					if err != nil || taken != 1 {
+						t.Fatalf("take %s: %d, %v", job.ID, taken, err)
+					}
+					ours := takeTask(t, client, k, task)
+					if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
+						t.Errorf("job %s: task hash %v", job.ID, ours)
+					}
+					msgs = append(msgs, ours["msg"])
+					since = append(since, ours["pending_since"])
+				}
+				if got, err := decodeItem(item); err != nil || got.ID != job.ID || got.Moves != job.Moves || !bytes.Equal(got.Payload, job.Payload) {
+					t.Errorf("decodeItem(item of %s): %+v, %v", job.ID, got, err)
+				}
 
 				retry := job.maxRetry() - job.Retried
 				if retry < 0 {
@@ -77,14 +96,16 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 				theirs := takeTask(t, client, k, task)
-				if !bytes.Equal([]byte(ours["msg"]), []byte(theirs["msg"])) {
-					t.Errorf("job %s, retention %v: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, ours["msg"], theirs["msg"])
+				for i, form := range []string{"item", "envelope"} {
+					if msgs[i] != theirs["msg"] {
+						t.Errorf("job %s, retention %v, from an %s: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, form, msgs[i], theirs["msg"])
+					}
+					if len(since[i]) != len(theirs["pending_since"]) {
+						t.Errorf("job %s, from an %s: pending_since %q; asynq's Client writes %q", job.ID, form, since[i], theirs["pending_since"])
+					}
 				}
-				if ours["state"] != "pending" || theirs["state"] != "pending" || len(ours) != 3 || len(theirs) != 3 {
-					t.Errorf("job %s: task hash %v; asynq's Client writes %v", job.ID, ours, theirs)
-				}
-				if ours["pending_since"] == "" || len(ours["pending_since"]) != len(theirs["pending_since"]) {
-					t.Errorf("job %s: pending_since %q; asynq's Client writes %q", job.ID, ours["pending_since"], theirs["pending_since"])
+				if theirs["state"] != "pending" || len(theirs) != 3 {
+					t.Errorf("job %s: asynq's Client writes %v", job.ID, theirs)
 				}
 			}
 		}
@@ -440,6 +461,77 @@ func TestEarlierHandedOverCountedOut(t *testing.T) {
 		}
 		if st2, err := p.Stats(ctx); err != nil || st2.Depth != 5 {
 			t.Fatalf("after a second start: %+v, %v; want depth 5", st2, err)
+		}
+	})
+}
+
+// TestEntriesFollowTheWorkers: until a worker of this version has started
+// on a queue, producers queue bare envelopes, which workers of earlier
+// versions read too; from then on, entries with the asynq message built
+// (Job.item). Jobs of both kinds, and of a throttled job put back, run
+// once, with their payloads, on this version's worker.
+func TestEntriesFollowTheWorkers(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		_, list, _ := p.keys.tenant("a")
+		enqueue := func(id string) string {
+			t.Helper()
+			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x", Payload: []byte("payload of " + id)}); err != nil {
+				t.Fatal(err)
+			}
+			entry, err := client.LIndex(ctx, list, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return entry
+		}
+		before := enqueue("before")
+		if j, err := decodeJob([]byte(before)); err != nil || j.ID != "before" {
+			t.Fatalf("entry before any worker %q: %v, %v; want the bare envelope", before, j, err)
+		}
+		rec := newRecorder()
+		moved := false
+		rec.err = func(j *Job) error {
+			if j.ID == "after" && !moved {
+				moved = true
+				return Reschedule(time.Millisecond, "test")
+			}
+			return nil
+		}
+		s, err := NewServer(client, ServerConfig{Config: cfg, Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What Start does first; the jobs stay put until it goes on.
+		if err := s.checkLegacy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := client.HGet(ctx, p.keys.meta, "entries").Result(); err != nil || v != "2" {
+			t.Fatalf("meta entries %q, %v; want 2 once a worker has started", v, err)
+		}
+		after := enqueue("after")
+		if !strings.HasPrefix(after, itemMark) {
+			t.Fatalf("entry after a worker started %.40q; want an item", after)
+		}
+		if j, err := decodeItem(after); err != nil || j.ID != "after" || string(j.Payload) != "payload of after" {
+			t.Fatalf("decodeItem: %+v, %v", j, err)
+		}
+		if err := s.Start(rec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Shutdown)
+		waitFor(t, 10*time.Second, "both jobs to run", func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return rec.runs["before"] == 1 && rec.runs["after"] == 2
+		})
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, j := range rec.order {
+			if string(j.Payload) != "payload of "+j.ID {
+				t.Errorf("job %s ran with payload %q", j.ID, j.Payload)
+			}
 		}
 	})
 }

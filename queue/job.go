@@ -73,7 +73,6 @@ type Job struct {
 	// Nonce is set by the queue: random and different for every accepted
 	// enqueue, even of the same ID. With ID it names the job in the
 	// waiting room and its asynq task ids (sluice:<id>@<nonce>:<moves>).
-	// It is the envelope's second field (queue_claim.lua reads it there).
 	Nonce string `json:"nonce,omitempty"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,

@@ -192,14 +192,14 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		alg = string(pol.Algorithm)
 		admKey = p.keys.admission(alg, enc)
 	}
-	env, err := job.encode()
+	item, err := job.item(p.cfg.Queue)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
-		p.cfg.Bound, p.cfg.TenantBound, enc, weight, env,
+		p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
 		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)

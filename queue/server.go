@@ -165,7 +165,8 @@ func (s *Server) Start(h Handler) error {
 // checkLegacy refuses a queue whose waiting room holds jobs under the key
 // layout before the queue's keys took asynq's hash tag ({=Q} instead of
 // {Q}): this version would never drain them. It also takes the
-// handed-over jobs that earlier versions recorded out of the counts.
+// handed-over jobs that earlier versions recorded out of the counts, and
+// tells producers that the queue's workers read this version's entries.
 func (s *Server) checkLegacy(ctx context.Context) error {
 	pipe := s.client.Pipeline()
 	depth := pipe.HGet(ctx, s.keys.legacyMeta, "depth")
@@ -185,6 +186,12 @@ func (s *Server) checkLegacy(ctx context.Context) error {
 	k := s.keys
 	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{k.oldHanded, k.oldHinfo, k.oldTdepth, k.oldHandover, k.cdepth, k.meta, k.ids}).Err(); err != nil {
 		return fmt.Errorf("sluice: queue %q: counting out the handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
+	}
+	// From now on producers queue entries with the asynq message built
+	// (Job.item); until then they queue bare envelopes, which workers of
+	// earlier versions read too.
+	if err := s.client.HSet(ctx, k.meta, "entries", "2").Err(); err != nil {
+		return fmt.Errorf("sluice: queue %q: %w", s.cfg.Queue, err)
 	}
 	return nil
 }
@@ -325,7 +332,7 @@ func (s *Server) left() {
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
 	job.Moves++
-	env, err := job.encode()
+	item, err := job.item(s.cfg.Queue)
 	if err != nil {
 		return err
 	}
@@ -333,7 +340,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids},
-		env, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

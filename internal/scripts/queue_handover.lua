@@ -46,9 +46,11 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
--- message returns the task id of the job of envelope env, its id (nil
--- for text that is no envelope), its metrics class and its asynq message
--- (queue.Job's taskID, maxRetry, timeout and class are the same in Go).
+-- message returns the task id of the job of envelope env (the entry of
+-- an earlier version, which held the bare envelope), its id (nil for text
+-- that is no envelope), its metrics class and its asynq message
+-- (queue.Job's taskID, maxRetry, timeout, class and item are the same in
+-- Go).
 -- Text that is not an envelope sluice wrote is handed over all the same,
 -- so that it does not block every claim behind it: the worker cannot
 -- decode it either and asynq archives it, where asynqmon shows it.
@@ -94,7 +96,23 @@ local function hand_over(H, env, now)
     H.tail = pb_bytes(4, H.queue)
     H.retain = pb_uint(12, H.retention)
   end
-  local task, id, class, msg = message(H, env)
+  -- An entry of this version carries its message ready (queue.Job.item),
+  -- less Retention, the last field, which only the workers know, behind
+  -- a header: where the message holds the envelope and the task id
+  -- (offset:length each), and the class. Anything else is an envelope of
+  -- an earlier version, or text to archive.
+  local off, len, class, at = string.match(env, '^sluice2\t%d+:%d+:(%d+):(%d+)\t([^\t]+)\t()')
+  local task, id, msg
+  if off then
+    off = at + tonumber(off)
+    task = string.sub(env, off, off + tonumber(len) - 1)
+    id = string.match(task, '^sluice:([^@]+)@')
+    msg = string.sub(env, at)
+    if H.retain ~= '' then msg = msg .. H.retain end
+  end
+  if not id then
+    task, id, class, msg = message(H, env)
+  end
   redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', H.since)
   H.push[#H.push + 1] = task
   if id then H.jobids[#H.jobids + 1] = id end
