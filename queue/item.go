@@ -136,6 +136,11 @@ func itemEnvelope(it string) ([]byte, error) {
 	return []byte(msg[off : off+size]), nil
 }
 
+// DecodeEntry decodes the job of one entry of a tenant's list in the
+// waiting room (the key sluice:q:t:{Q}:<tenant>, docs/queue.md, Keys), of
+// this version or of an earlier one: for tools that look at what waits.
+func DecodeEntry(entry string) (*Job, error) { return decodeItem(entry) }
+
 // decodeItem decodes the job of a tenant list's entry (see item).
 func decodeItem(it string) (*Job, error) {
 	env, err := itemEnvelope(it)

@@ -540,15 +540,12 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 	prefix := queue.DefaultPrefix + ":t:" + tag
 	for _, tenant := range tenants {
 		enc, _ := keyspace.Encode(tenant)
-		envs, err := rdb.LRange(ctx, prefix+":"+enc, 0, -1).Result()
+		entries, err := rdb.LRange(ctx, prefix+":"+enc, 0, -1).Result()
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range envs {
-			var j struct {
-				ID string `json:"id"`
-			}
-			if json.Unmarshal([]byte(e), &j) == nil {
+		for _, e := range entries {
+			if j, err := queue.DecodeEntry(e); err == nil {
 				where[j.ID] = "waiting"
 			}
 		}
