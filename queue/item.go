@@ -2,7 +2,6 @@ package queue
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -34,7 +33,7 @@ func (j *Job) item(queue string) (string, error) {
 	if strings.ContainsAny(class, "\t\n") {
 		return "", errors.New("tenant class contains a tab or a newline")
 	}
-	env, err := json.Marshal(j)
+	env, err := j.envelope()
 	if err != nil {
 		return "", err
 	}

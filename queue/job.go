@@ -265,9 +265,13 @@ func (j *Job) taskID() string {
 	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }
 
-// encode writes the job's envelope: JSON of the Job.
+// envelope writes the job's envelope: JSON of the Job. It travels as the
+// asynq task's payload, inside the job's waiting-room entry (item).
+func (j *Job) envelope() ([]byte, error) { return json.Marshal(j) }
+
+// encode is envelope as a string.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(j)
+	b, err := j.envelope()
 	return string(b), err
 }
 
