@@ -165,7 +165,7 @@ func BenchmarkEnqueueScript(b *testing.B) {
 // then queue this version's entries (Job.item), not bare envelopes.
 func workersStarted(b *testing.B, client redis.UniversalClient, k keys) {
 	b.Helper()
-	if err := client.HSet(context.Background(), k.meta, "entries", "2").Err(); err != nil {
+	if err := client.HSet(context.Background(), k.meta, entriesField, entriesVersion).Err(); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -507,7 +507,7 @@ func TestEntriesFollowTheWorkers(t *testing.T) {
 		if err := s.checkLegacy(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if v, err := client.HGet(ctx, p.keys.meta, "entries").Result(); err != nil || v != "2" {
+		if v, err := client.HGet(ctx, p.keys.meta, entriesField).Result(); err != nil || v != entriesVersion {
 			t.Fatalf("meta entries %q, %v; want 2 once a worker has started", v, err)
 		}
 		after := enqueue("after")

@@ -13,6 +13,12 @@ import (
 // starting with '{'), which the claim still hands over.
 const itemMark = "sluice2\t"
 
+// entriesField and entriesVersion mark, in the queue's meta hash, a queue
+// that a worker reading this version's entries has started on
+// (Server.Start); until then the enqueue script queues bare envelopes
+// (queue_enqueue.lua compares with the same literal).
+const entriesField, entriesVersion = "entries", "2"
+
 // item returns the job's entry in its tenant's list: a header, then the
 // asynq task message with the envelope as payload, written here as
 // asynq's Client writes it (queue_handover.lua says which fields) less

@@ -190,7 +190,7 @@ func (s *Server) checkLegacy(ctx context.Context) error {
 	// From now on producers queue entries with the asynq message built
 	// (Job.item); until then they queue bare envelopes, which workers of
 	// earlier versions read too.
-	if err := s.client.HSet(ctx, k.meta, "entries", "2").Err(); err != nil {
+	if err := s.client.HSet(ctx, k.meta, entriesField, entriesVersion).Err(); err != nil {
 		return fmt.Errorf("sluice: queue %q: %w", s.cfg.Queue, err)
 	}
 	return nil
