@@ -744,3 +744,74 @@ func FuzzDecodeItem(f *testing.F) {
 		}
 	})
 }
+
+// TestScriptRefusalsChangeNothing: the enqueue script records a job's id
+// and counts it in the depth before it checks the bound and admission,
+// and takes both back when it refuses. A duplicate id, a full queue, a
+// full tenant backlog and an admission refusal each leave Redis as it
+// was, and the refused id is then accepted once there is room.
+func TestScriptRefusalsChangeNothing(t *testing.T) {
+	for _, tg := range hostileTargets()[:2] {
+		t.Run(tg.name, func(t *testing.T) {
+			client := tg.client(t)
+			ctx := context.Background()
+			pol := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Hour}
+			cfg := Config{Queue: hostileQueue("refusals"), Bound: 4, TenantBound: 2,
+				Tenants: func(t string) TenantPolicy {
+					if t == "limited" {
+						return TenantPolicy{Admission: &pol}
+					}
+					return TenantPolicy{}
+				}}
+			p, err := NewProducer(client, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range []Job{{ID: "a1", Tenant: "acme"}, {ID: "a2", Tenant: "acme"}, {ID: "l1", Tenant: "limited"}, {ID: "o1", Tenant: "other"}} {
+				j.Type = "x"
+				if _, err := p.Enqueue(ctx, j); err != nil {
+					t.Fatalf("%s: %v", j.ID, err)
+				}
+			}
+			// The queue is full (4 of 4); a worker's hand-over of acme's
+			// first job is replayed below by deleting it from the room.
+			snapshot := func() string { return snapshotKeys(t, client, tg.keys(t)) }
+			before := snapshot()
+			var full *QueueFullError
+			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "new", Type: "x"}); !errors.As(err, &full) || full.Tenant != "" || full.Depth != 4 {
+				t.Errorf("fifth job: %v; want the queue full at 4", err)
+			}
+			var dup *DuplicateJobError
+			if _, err := p.Enqueue(ctx, Job{ID: "a1", Tenant: "other", Type: "x"}); !errors.As(err, &dup) {
+				t.Errorf("id a1 again: %v; want a duplicate", err)
+			}
+			if after := snapshot(); after != before {
+				t.Fatalf("refusals changed Redis:\n%s---\n%s", before, after)
+			}
+			// Room for one more in the queue: acme's backlog is still
+			// full, and limited's window has no more admissions.
+			if err := client.HIncrBy(ctx, p.keys.meta, "depth", -1).Err(); err != nil {
+				t.Fatal(err)
+			}
+			before = snapshot()
+			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "acme", Type: "x"}); !errors.As(err, &full) || full.Tenant != "acme" || full.Depth != 2 {
+				t.Errorf("acme's third job: %v; want its backlog full at 2", err)
+			}
+			var limited *RateLimitedError
+			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "limited", Type: "x"}); !errors.As(err, &limited) {
+				t.Errorf("limited's third job: %v; want it rate limited", err)
+			}
+			if after := snapshot(); after != before {
+				t.Fatalf("refusals changed Redis:\n%s---\n%s", before, after)
+			}
+			// The refused id was not kept: it is accepted where there is
+			// room, and the depth counts it once.
+			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "other", Type: "x"}); err != nil {
+				t.Fatalf("n1 for a tenant with room: %v", err)
+			}
+			if d, err := client.HGet(ctx, p.keys.meta, "depth").Int64(); err != nil || d != 4 {
+				t.Errorf("depth %d (%v); want 4", d, err)
+			}
+		})
+	}
+}

@@ -517,6 +517,13 @@ func TestEntriesFollowTheWorkers(t *testing.T) {
 		if j, err := decodeItem(after); err != nil || j.ID != "after" || string(j.Payload) != "payload of after" {
 			t.Fatalf("decodeItem: %+v, %v", j, err)
 		}
+		// The producer remembers it, and its enqueues no longer read the
+		// field: not even a field deleted under it, which only an
+		// operator going back to an earlier version does, with the
+		// producers stopped first (docs/queue.md, Upgrading).
+		if !p.entries.Load() {
+			t.Fatal("the producer did not remember that a worker of this version started")
+		}
 		if err := s.Start(rec); err != nil {
 			t.Fatal(err)
 		}

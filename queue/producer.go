@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -96,6 +97,12 @@ type Producer struct {
 	cfg    Config
 	keys   keys
 	args   sync.Map // algorithms.Policy -> [5]string
+	// entries is set once an enqueue has seen the meta hash's entries
+	// field at entriesVersion: a worker that reads this version's entries
+	// has started on the queue, and the enqueue script need not read the
+	// field again (docs/queue.md, Upgrading: going back to an earlier
+	// version stops the producers first).
+	entries atomic.Bool
 }
 
 // NewProducer returns a Producer on client for cfg.
@@ -197,10 +204,14 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
+	seen := "0"
+	if p.entries.Load() {
+		seen = entriesVersion
+	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
 		p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID).Int64Slice()
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID, seen).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -213,6 +224,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	switch v[0] {
 	case 0:
+		if v[4] == 2 {
+			p.entries.Store(true)
+		}
 		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}
 		if tp.Admission != nil {
 			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: v[2], ResetAfter: time.Duration(v[3]) * time.Microsecond}

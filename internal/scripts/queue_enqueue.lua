@@ -12,54 +12,68 @@
 -- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs in the waiting room; entries: "2"
 --          once a worker that reads queue.Job.item's entries has
---          started), 2 ring of
---          tenants with work, 3 set of tenants in the ring or asleep,
---          4 weights hash, 5 the tenant's list (its length is the
---          tenant's backlog), 6 the tenant's admission state, 7 per-class
---          count of waiting jobs (for metrics), 8 ids hash (job id -> how
---          many jobs of that id are waiting), 9 asynq's pending list
+--          started), 2 ring of tenants with work, 3 set of tenants in the
+--          ring or asleep, 4 weights hash, 5 the tenant's list (its
+--          length is the tenant's backlog), 6 the tenant's admission
+--          state, 7 per-class count of waiting jobs (for metrics), 8 ids
+--          hash (job id -> how many jobs of that id are waiting),
+--          9 asynq's pending list
 -- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
 --          4 weight (1, the default, is not stored), 5 the job's entry
---          (queue.Job.item),
---          6..13 admit()'s arguments as in
+--          (queue.Job.item), 6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class, 15 the job's id
--- Returns  {0, depth after, remaining, reset µs, 0} admitted and queued
---          {1, depth, bound, 0, 0} queue full
+--          now or ""), 14 the tenant's metrics class, 15 the job's id,
+--          16 "2" when the producer has seen entries set to 2 (it is
+--          never unset while producers of this version run)
+-- Returns  {0, depth after, remaining, reset µs, entries} admitted and
+--                                       queued; entries is 2 when the
+--                                       meta hash's entries is "2"
+--          {1, depth, bound, 0, 0}      queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
---          {4, 0, 0, 0, 0} a job of that id is waiting
+--          {4, 0, 0, 0, 0}              a job of that id is waiting
 -- (depth here: the room's and asynq's pending list's together)
-local bound, tbound, tenant = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-if redis.call('HEXISTS', KEYS[8], ARGV[15]) == 1 then return {4, 0, 0, 0, 0} end
-local meta = redis.call('HMGET', KEYS[1], 'depth', 'entries')
-local depth = tonumber(meta[1] or '0') + redis.call('LLEN', KEYS[9])
-if depth >= bound then return {1, depth, bound, 0, 0} end
+local bound, tbound, tenant, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[15]
+-- The id is recorded first and the depth counted first, each in the one
+-- command that also checks it; a refusal below takes them back, so that
+-- the common case, an accepted job, costs no extra command.
+if redis.call('HSETNX', KEYS[8], id, 1) == 0 then return {4, 0, 0, 0, 0} end
+local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
+local function refuse(r)
+  redis.call('HINCRBY', KEYS[1], 'depth', -1)
+  redis.call('HDEL', KEYS[8], id)
+  return r
+end
+local depth = room + redis.call('LLEN', KEYS[9])
+if depth >= bound then return refuse({1, depth, bound, 0, 0}) end
 if tbound > 0 then
   local tdepth = redis.call('LLEN', KEYS[5])
-  if tdepth >= tbound then return {2, tdepth, tbound, 0, 0} end
+  if tdepth >= tbound then return refuse({2, tdepth, tbound, 0, 0}) end
 end
 local now, pad = clock(ARGV[13])
 local d = admit(KEYS[6], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
-if d[1] == 0 then return {3, d[2], d[3], d[4], 0} end
-local entry = ARGV[5]
-if meta[2] ~= '2' then
-  -- No worker that reads this version's entries has started on the
-  -- queue (queue.Server.Start sets entries): queue the bare envelope,
-  -- which every version reads.
+if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
+local entry, entries = ARGV[5], ARGV[16]
+if entries ~= '2' then
+  -- The producer has not yet seen that a worker which reads this
+  -- version's entries has started on the queue (queue.Server.Start sets
+  -- entries); until one has, queue the bare envelope, which every
+  -- version reads. The reply tells the producer, which remembers it.
+  entries = redis.call('HGET', KEYS[1], 'entries')
+end
+if entries ~= '2' then
   local off, len, at = string.match(entry, '^sluice2\t(%d+):(%d+):%d+:%d+\t[^\t]+\t()')
   if off then
     off = at + tonumber(off)
     entry = string.sub(entry, off, off + tonumber(len) - 1)
   end
 end
-redis.call('RPUSH', KEYS[5], entry)
-if redis.call('SADD', KEYS[3], tenant) == 1 then
+-- A tenant whose list held jobs already is in the ring or asleep (a
+-- tenant leaves both only when a claim finds its list empty).
+if redis.call('RPUSH', KEYS[5], entry) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
   redis.call('RPUSH', KEYS[2], tenant)
 end
 if ARGV[4] ~= '1' then redis.call('HSET', KEYS[4], tenant, ARGV[4]) end
-redis.call('HINCRBY', KEYS[1], 'depth', 1)
 redis.call('HINCRBY', KEYS[7], ARGV[14], 1)
-redis.call('HSET', KEYS[8], ARGV[15], 1)
-return {0, depth + 1, d[2], d[3], 0}
+return {0, depth + 1, d[2], d[3], entries == '2' and 2 or 0}
