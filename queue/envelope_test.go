@@ -136,3 +136,57 @@ func BenchmarkDecodeJob(b *testing.B) {
 		}
 	})
 }
+
+// FuzzAppendEnvelope: the envelope writer's fast path writes exactly what
+// encoding/json writes for the job, and takes the slow path (json.Marshal)
+// for strings encoding/json would escape and for times it refuses.
+func FuzzAppendEnvelope(f *testing.F) {
+	for i, j := range sampleJobs(20) {
+		f.Add(j.ID, j.Nonce, j.Tenant, j.Type, j.Payload, j.Downstream, j.Cost, j.MaxRetry, int64(j.Timeout),
+			j.EnqueuedAt.UnixNano(), int32(i*3600-36000), j.Retried, j.Moves, j.Class)
+	}
+	f.Add("a<b", "", "café", "t\"", []byte{}, "d&", int64(-1), -1, int64(1), int64(-1<<62), int32(0), 0, 0, "\x7f")
+	f.Add("a", "n", "t", "x", []byte(nil), "", int64(0), 0, int64(0), int64(0), int32(-1), 0, 0, "")
+	f.Fuzz(func(t *testing.T, id, nonce, tenant, typ string, payload []byte, downstream string, cost int64,
+		maxRetry int, timeout, at int64, zone int32, retried, moves int, class string) {
+		j := Job{ID: id, Nonce: nonce, Tenant: tenant, Type: typ, Payload: payload, Downstream: downstream,
+			Cost: cost, MaxRetry: maxRetry, Timeout: time.Duration(timeout),
+			EnqueuedAt: time.Unix(0, at).In(time.FixedZone("z", int(zone%(24*3600)))), Retried: retried, Moves: moves, Class: class}
+		want, werr := json.Marshal(&j)
+		got, ok := j.appendEnvelope(nil)
+		if ok && (werr != nil || string(got) != string(want)) {
+			t.Fatalf("appendEnvelope wrote\n%s\nencoding/json\n%s (%v)", got, want, werr)
+		}
+		env, err := j.envelope()
+		if (err == nil) != (werr == nil) || string(env) != string(want) {
+			t.Fatalf("envelope %s (%v); encoding/json %s (%v)", env, err, want, werr)
+		}
+		if plainJSON(id) && plainJSON(nonce) && plainJSON(tenant) && plainJSON(typ) && plainJSON(downstream) &&
+			plainJSON(class) && werr == nil && !ok {
+			t.Fatalf("plain job %+v took the slow path", j)
+		}
+	})
+}
+
+// BenchmarkEnvelope: a producer's cost of writing one envelope of the
+// queue benchmark's shape, by the fast path and by encoding/json alone.
+func BenchmarkEnvelope(b *testing.B) {
+	j := Job{ID: "0123456789abcdef0123456789abcdef", Nonce: "9f8e7d6c5b4a3210", Tenant: "tenant-0001", Type: "noop",
+		Payload: make([]byte, 64), EnqueuedAt: time.Now().UTC(), Class: "default"}
+	b.Run("appendEnvelope", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := j.envelope(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := json.Marshal(&j); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

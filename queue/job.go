@@ -27,6 +27,7 @@
 package queue
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,7 +63,9 @@ type Job struct {
 	// put back to wait (throttled, rescheduled). Meanwhile Enqueue
 	// refuses another job of that ID with a *DuplicateJobError and writes
 	// nothing, so a producer that lost the answer to an enqueue can
-	// safely send it again. Once handed over, the job is asynq's and the
+	// safely send it again. (A random ID is not recorded at its enqueue:
+	// no other job has it, and no producer can send it again without
+	// having had the answer.) Once handed over, the job is asynq's and the
 	// ID may be used again: the new job is a separate job that runs on
 	// its own, even while the first is still pending in asynq, running,
 	// retrying, or remembered by asynq as completed (each
@@ -267,7 +270,14 @@ func (j *Job) taskID() string {
 
 // envelope writes the job's envelope: JSON of the Job. It travels as the
 // asynq task's payload, inside the job's waiting-room entry (item).
-func (j *Job) envelope() ([]byte, error) { return json.Marshal(j) }
+func (j *Job) envelope() ([]byte, error) {
+	size := 200 + len(j.ID) + len(j.Nonce) + len(j.Tenant) + len(j.Type) + len(j.Downstream) + len(j.Class) +
+		base64.StdEncoding.EncodedLen(len(j.Payload))
+	if b, ok := j.appendEnvelope(make([]byte, 0, size)); ok {
+		return b, nil
+	}
+	return json.Marshal(j)
+}
 
 // encode is envelope as a string.
 func (j *Job) encode() (string, error) {
