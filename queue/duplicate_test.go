@@ -514,3 +514,41 @@ func TestEnvelopeWithoutNonce(t *testing.T) {
 		}
 	})
 }
+
+// TestChosenIDsNotRecorded: an id the producer chose is not recorded for
+// the duplicate check, one the caller set is, and the hand-over leaves the
+// ids hash empty either way.
+func TestChosenIDsNotRecorded(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		var chosen []string
+		for _, id := range []string{"", "mine", ""} {
+			r, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id == "" {
+				chosen = append(chosen, r.ID)
+			}
+		}
+		ids, err := client.HGetAll(ctx, p.keys.ids).Result()
+		if err != nil || len(ids) != 1 || ids["mine"] != "1" {
+			t.Fatalf("ids hash %v, %v; want only mine, once (chosen ids %q not recorded)", ids, err, chosen)
+		}
+		wantDuplicate(t, func() error { _, err := p.Enqueue(ctx, Job{ID: "mine", Tenant: "b", Type: "x"}); return err }(), cfg, "mine")
+		s, err := NewServer(client, ServerConfig{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.dispatchOne(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := client.LLen(ctx, p.keys.asynqPending).Result(); err != nil || n != 3 {
+			t.Fatalf("pending %d, %v; want the 3 jobs handed over", n, err)
+		}
+		if n, err := client.Exists(ctx, p.keys.ids).Result(); err != nil || n != 0 {
+			t.Fatalf("ids hash exists (%d, %v) after every job was handed over", n, err)
+		}
+	})
+}

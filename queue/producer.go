@@ -155,6 +155,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if err := job.validate(p.cfg.MaxPayload); err != nil {
 		return Receipt{}, err
 	}
+	// An id the producer chooses is random and no other job's: the
+	// enqueue script does not record it for the duplicate check.
+	recordID := job.ID
 	if job.ID == "" {
 		job.ID = newID()
 	}
@@ -211,7 +214,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
 		p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, job.ID, seen).Int64Slice()
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, recordID, seen).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}

@@ -22,7 +22,8 @@
 --          4 weight (1, the default, is not stored), 5 the job's entry
 --          (queue.Job.item), 6..13 admit()'s arguments as in
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class, 15 the job's id,
+--          now or ""), 14 the tenant's metrics class, 15 the job's id
+--          ("" for an id the producer chose, which is not recorded),
 --          16 "2" when the producer has seen entries set to 2 (it is
 --          never unset while producers of this version run)
 -- Returns  {0, depth after, remaining, reset µs, entries} admitted and
@@ -37,11 +38,13 @@ local bound, tbound, tenant, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3],
 -- The id is recorded first and the depth counted first, each in the one
 -- command that also checks it; a refusal below takes them back, so that
 -- the common case, an accepted job, costs no extra command.
-if redis.call('HSETNX', KEYS[8], id, 1) == 0 then return {4, 0, 0, 0, 0} end
+-- An empty id is one the producer chose at random, which no other job
+-- can have: it is not recorded.
+if id ~= '' and redis.call('HSETNX', KEYS[8], id, 1) == 0 then return {4, 0, 0, 0, 0} end
 local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
 local function refuse(r)
   redis.call('HINCRBY', KEYS[1], 'depth', -1)
-  redis.call('HDEL', KEYS[8], id)
+  if id ~= '' then redis.call('HDEL', KEYS[8], id) end
   return r
 end
 local depth = room + redis.call('LLEN', KEYS[9])

@@ -129,8 +129,11 @@ local function flush(H)
   for class, c in pairs(H.classes) do
     if redis.call('HINCRBY', H.cdepth, class, -c) <= 0 then redis.call('HDEL', H.cdepth, class) end
   end
-  -- An id is almost always counted once: delete those in one call.
-  if #H.jobids > 0 then
+  -- An id is almost always counted once: delete those in one call. Ids
+  -- the producers chose are not recorded (queue_enqueue.lua): with none
+  -- recorded at all, as when no producer sets ids, there is nothing to
+  -- look up.
+  if #H.jobids > 0 and redis.call('HLEN', H.ids) > 0 then
     local counts, gone = redis.call('HMGET', H.ids, unpack(H.jobids)), {}
     for i, id in ipairs(H.jobids) do
       if tonumber(counts[i] or '0') <= 1 then
