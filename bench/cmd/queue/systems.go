@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
@@ -63,6 +64,35 @@ func (b *bare) reset(context.Context) error { return nil }
 func (b *bare) enqueue(ctx context.Context, _ int, _ string, payload []byte) error {
 	_, err := b.client.EnqueueContext(ctx, asynq.NewTask("noop", payload))
 	return err
+}
+
+// admitted is what an asynq user writes for per-tenant admission without
+// sluice: redis_rate's Allow (GCRA) for the job's tenant, then asynq's
+// Client.Enqueue: two round trips, and no bound. Phase 1 runs it beside
+// the two systems; its worker is bare asynq's.
+type admitted struct {
+	*bare
+	lim *redis_rate.Limiter
+}
+
+func newAdmitted(producers, worker redis.UniversalClient, conc int, poll time.Duration) *admitted {
+	return &admitted{bare: newBare(producers, worker, conc, poll), lim: redis_rate.NewLimiter(producers)}
+}
+
+func (a *admitted) name() string { return "asynq+rate" }
+
+// hugeRate is hugeBucket for redis_rate.
+var hugeRate = redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Second}
+
+func (a *admitted) enqueue(ctx context.Context, i int, tenant string, payload []byte) error {
+	r, err := a.lim.Allow(ctx, tenant, hugeRate)
+	if err != nil {
+		return err
+	}
+	if r.Allowed == 0 {
+		return fmt.Errorf("redis_rate refused tenant %s", tenant)
+	}
+	return a.bare.enqueue(ctx, i, tenant, payload)
 }
 
 // newAsynqServer is the bare asynq worker both baselines run: queueName
