@@ -774,37 +774,44 @@ func TestScriptRefusalsChangeNothing(t *testing.T) {
 					t.Fatalf("%s: %v", j.ID, err)
 				}
 			}
-			// The queue is full (4 of 4); a worker's hand-over of acme's
-			// first job is replayed below by deleting it from the room.
-			snapshot := func() string { return snapshotKeys(t, client, tg.keys(t)) }
-			before := snapshot()
-			var full *QueueFullError
-			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "new", Type: "x"}); !errors.As(err, &full) || full.Tenant != "" || full.Depth != 4 {
-				t.Errorf("fifth job: %v; want the queue full at 4", err)
+			// refuse enqueues each job, whose Type names the refusal it
+			// must meet, and checks that Redis is as it was.
+			refuse := func(jobs ...Job) {
+				t.Helper()
+				before := snapshotKeys(t, client, tg.keys(t))
+				for _, j := range jobs {
+					_, err := p.Enqueue(ctx, j)
+					var full *QueueFullError
+					var dup *DuplicateJobError
+					var limited *RateLimitedError
+					var ok bool
+					switch j.Type {
+					case "full":
+						ok = errors.As(err, &full) && full.Tenant == "" && full.Depth == 4
+					case "tenant-full":
+						ok = errors.As(err, &full) && full.Tenant == j.Tenant && full.Depth == 2
+					case "duplicate":
+						ok = errors.As(err, &dup)
+					case "limited":
+						ok = errors.As(err, &limited)
+					}
+					if !ok {
+						t.Errorf("job %s of %s: %v; want it refused: %s", j.ID, j.Tenant, err, j.Type)
+					}
+				}
+				if after := snapshotKeys(t, client, tg.keys(t)); after != before {
+					t.Fatalf("refusals changed Redis:\n%s---\n%s", before, after)
+				}
 			}
-			var dup *DuplicateJobError
-			if _, err := p.Enqueue(ctx, Job{ID: "a1", Tenant: "other", Type: "x"}); !errors.As(err, &dup) {
-				t.Errorf("id a1 again: %v; want a duplicate", err)
-			}
-			if after := snapshot(); after != before {
-				t.Fatalf("refusals changed Redis:\n%s---\n%s", before, after)
-			}
-			// Room for one more in the queue: acme's backlog is still
-			// full, and limited's window has no more admissions.
+			// The queue is full (4 of 4).
+			refuse(Job{ID: "n1", Tenant: "new", Type: "full"}, Job{ID: "a1", Tenant: "other", Type: "duplicate"})
+			// Room for one more in the queue (as if a worker had taken a
+			// job): acme's backlog is still full, and limited's window
+			// has no more admissions.
 			if err := client.HIncrBy(ctx, p.keys.meta, "depth", -1).Err(); err != nil {
 				t.Fatal(err)
 			}
-			before = snapshot()
-			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "acme", Type: "x"}); !errors.As(err, &full) || full.Tenant != "acme" || full.Depth != 2 {
-				t.Errorf("acme's third job: %v; want its backlog full at 2", err)
-			}
-			var limited *RateLimitedError
-			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "limited", Type: "x"}); !errors.As(err, &limited) {
-				t.Errorf("limited's third job: %v; want it rate limited", err)
-			}
-			if after := snapshot(); after != before {
-				t.Fatalf("refusals changed Redis:\n%s---\n%s", before, after)
-			}
+			refuse(Job{ID: "n1", Tenant: "acme", Type: "tenant-full"}, Job{ID: "n1", Tenant: "limited", Type: "limited"})
 			// The refused id was not kept: it is accepted where there is
 			// room, and the depth counts it once.
 			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "other", Type: "x"}); err != nil {
