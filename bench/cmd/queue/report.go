@@ -136,14 +136,9 @@ func (r *report) enqueue(ctx context.Context, b *bench) error {
 	fmt.Printf("**sluice / asynq = %.2f** (target ≥ 0.7).\n\n", ratio)
 	fmt.Print(roundsLine(ratios, ratio))
 	if ar := others["asynq+rate"]; len(ar) > 0 {
-		s := make([]string, len(ar))
-		per := make([]float64, len(ar))
-		for i, v := range ar {
-			s[i] = f2(v)
-			per[i] = ratios[i] / v
-		}
+		s, per := besideRounds(ar, ratios)
 		fmt.Printf("`asynq+rate` is what an asynq user writes for per-tenant admission without sluice: `redis_rate.Limiter.Allow` (GCRA, %v per %v, burst %d) for the job's tenant, then the same `EnqueueContext`; two round trips and no bound. Its rounds ran beside the two above; its row in the table is from the round the table shows. **asynq+rate / asynq, median of %d rounds: %.2f** (in order: %s). sluice / asynq+rate, per round: median **%.2f**.\n\n",
-			hugeRate.Rate, hugeRate.Period, hugeRate.Burst, len(ar), median(ar), strings.Join(s, ", "), median(per))
+			hugeRate.Rate, hugeRate.Period, hugeRate.Burst, len(ar), median(ar), s, per)
 	}
 	r.target("1. enqueue jobs/s, sluice / asynq ≥ 0.7", f2(ratio), ratio >= 0.7)
 	return nil
@@ -181,14 +176,9 @@ func (r *report) process(ctx context.Context, b *bench) error {
 	fmt.Print(roundsLine(ratios, ratio))
 	r.target("2. processing jobs/s, sluice / asynq ≥ 0.9", f2(ratio), ratio >= 0.9 && !r.proc[1].timedOut)
 	if st := others["staged"]; len(st) > 0 {
-		s := make([]string, len(st))
-		per := make([]float64, len(st))
-		for i, v := range st {
-			s[i] = f2(v)
-			per[i] = ratios[i] / v
-		}
+		s, per := besideRounds(st, ratios)
 		fmt.Printf("`staged` is the least a queue that keeps jobs out of asynq until a worker has room can do (round-robin across tenants and a throttle checked before dequeue both need that): jobs wait in one Redis list as ready-made asynq tasks, and a feeder in the worker process tops asynq's pending list up to %d with batches of at most %d, woken as sluice's dispatcher is, with no tenants, no JSON, no depth, ids or count-out. Its rounds ran beside the two above. **staged / asynq, median of %d rounds: %.2f** (in order: %s): the ceiling of any such design on this machine. sluice / staged, per round: median %.2f.\n\n",
-			3*o.concurrency, stageBatch, len(st), median(st), strings.Join(s, ", "), median(per))
+			3*o.concurrency, stageBatch, len(st), median(st), s, per)
 	}
 
 	fmt.Printf("The workers' round trips per completed job, by script or command (the clients' view; avg is the round-trip time seen by the caller):\n\n")
@@ -612,6 +602,19 @@ func rounds[T any](o options, run func(which string) (T, error), rate func(T) fl
 	sort.Slice(idx, func(a, b int) bool { return ratios[idx[a]] < ratios[idx[b]] })
 	mid := idx[(len(idx)-1)/2]
 	return sets[mid], ratios[mid], ratios, others, nil
+}
+
+// besideRounds describes a system run beside the two in every round, from
+// its ratios to asynq's (other) and sluice's (ratios): the former in
+// order, and the median over the rounds of sluice's rate over its own.
+func besideRounds(other, ratios []float64) (inOrder string, sluiceOverIt float64) {
+	s := make([]string, len(other))
+	per := make([]float64, len(other))
+	for i, v := range other {
+		s[i] = f2(v)
+		per[i] = ratios[i] / v
+	}
+	return strings.Join(s, ", "), median(per)
 }
 
 // median returns the median of v (the lower middle one for an even count).
