@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -551,4 +552,35 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 			t.Fatalf("ids hash exists (%d, %v) after every job was handed over", n, err)
 		}
 	})
+}
+
+// TestChosenIDsDistinct: the ids and nonces the producer chooses are hex of
+// the asked length and do not repeat, across goroutines too.
+func TestChosenIDsDistinct(t *testing.T) {
+	const each, workers = 20000, 4
+	got := make(chan string, each*workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				got <- newID() + "@" + randomHex(8)
+			}
+		}()
+	}
+	wg.Wait()
+	close(got)
+	seen := map[string]bool{}
+	re := regexp.MustCompile(`^[0-9a-f]{32}@[0-9a-f]{16}$`)
+	for s := range got {
+		if !re.MatchString(s) {
+			t.Fatalf("id@nonce %q; want 32 and 16 hex digits", s)
+		}
+		id, nonce, _ := strings.Cut(s, "@")
+		if seen[id] || seen[nonce] {
+			t.Fatalf("%q repeated after %d", s, len(seen)/2)
+		}
+		seen[id], seen[nonce] = true, true
+	}
 }
