@@ -732,7 +732,14 @@ func FuzzDecodeItem(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, seed := range []string{it, "sluice2\t", "sluice2\t1:2:3:4\tc\t", "sluice2\t99:1:0:0\tc\tshort", `{"id":"a","tenant":"t","type":"x"}`} {
+	plain := good
+	plain.Class = "default"
+	msg, err := plain.item("q")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range []string{it, msg, "sluice2\t", "sluice2\t1:2:3:4\tc\t", "sluice2\t99:1:0:0\tc\tshort",
+		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, entry string) {
@@ -740,8 +747,13 @@ func FuzzDecodeItem(f *testing.F) {
 		if err == nil && (j.ID == "" || j.Tenant == "" || j.Type == "") {
 			t.Fatalf("decodeItem(%q) = %+v without an error", entry, j)
 		}
-		if entry == it && (err != nil || j.ID != "a" || string(j.Payload) != "p" || j.Class != "gold") {
-			t.Fatalf("the item of %+v decodes to %+v, %v", good, j, err)
+		for _, c := range []struct {
+			entry string
+			class string
+		}{{it, "gold"}, {msg, "default"}} {
+			if entry == c.entry && (err != nil || j.ID != "a" || string(j.Payload) != "p" || j.Class != c.class) {
+				t.Fatalf("the item of a %s job decodes to %+v, %v", c.class, j, err)
+			}
 		}
 	})
 }

@@ -50,7 +50,12 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 			for _, retention := range []time.Duration{0, time.Hour} {
 				job.Nonce = fmt.Sprintf("%016x", i)
 				job.EnqueuedAt = time.Now().UTC()
+				// Default-class jobs queue the bare message, others a
+				// header and the message.
 				job.Class = "default"
+				if i%2 == 1 {
+					job.Class = "gold"
+				}
 				env, err := job.encode()
 				if err != nil {
 					t.Fatal(err)
@@ -335,6 +340,11 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		_, list, _ := k.tenant("a")
 		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`,
 			`{"id":"","type":"x"}`, `{"type":"x"}`,
+			// Text that starts as a task message does and is none: cut
+			// short, a length past the end, a varint that never ends, a
+			// field out of order, a task id of another kind.
+			"\x0a", "\x0a\x05ab", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff",
+			"\x0a\x01x\x1a\x02{}", "\x0a\x01x\x12\x02{}\x1a\x03abc",
 			// Lua reads it, Go does not (no tenant): the dispatcher, which
 			// checks the throttle of jobs that name a downstream, cannot
 			// read it, and takes it unchecked.
@@ -511,8 +521,8 @@ func TestEntriesFollowTheWorkers(t *testing.T) {
 			t.Fatalf("meta entries %q, %v; want 2 once a worker has started", v, err)
 		}
 		after := enqueue("after")
-		if !strings.HasPrefix(after, itemMark) {
-			t.Fatalf("entry after a worker started %.40q; want an item", after)
+		if !strings.HasPrefix(after, "\x0a\x01x\x12") {
+			t.Fatalf("entry after a worker started %.40q; want an item: a default-class job's is its asynq message", after)
 		}
 		if j, err := decodeItem(after); err != nil || j.ID != "after" || string(j.Payload) != "payload of after" {
 			t.Fatalf("decodeItem: %+v, %v", j, err)

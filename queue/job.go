@@ -235,10 +235,14 @@ func (j *Job) maxRetry() int {
 	return j.MaxRetry
 }
 
+// defaultClass is the metrics class of tenants whose policy names none;
+// queue_handover.lua counts entries without a header in it.
+const defaultClass = "default"
+
 // class is the job's metrics class as the queue's counts record it.
 func (j *Job) class() string {
 	if j.Class == "" {
-		return "default"
+		return defaultClass
 	}
 	return j.Class
 }

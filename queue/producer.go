@@ -175,7 +175,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	tp := p.cfg.Tenants(job.Tenant)
 	job.Class = tp.Class
 	if job.Class == "" {
-		job.Class = "default"
+		job.Class = defaultClass
 	}
 	weight := tp.Weight
 	if weight <= 0 {
@@ -212,14 +212,20 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	seen := "0"
+	args := []any{p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
+		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, recordID, "0", nil}
 	if p.entries.Load() {
-		seen = entriesVersion
+		args[15] = entriesVersion
+		args = args[:16]
+	} else if env, err := itemEnvelope(item); err != nil {
+		return Receipt{}, err
+	} else {
+		// Until workers that read entries have started, the script
+		// queues the bare envelope instead.
+		args[16] = env
 	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending},
-		p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, recordID, seen).Int64Slice()
+		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending}, args...).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -232,7 +238,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	switch v[0] {
 	case 0:
-		if v[4] == 2 {
+		if v[4] == 3 {
 			p.entries.Store(true)
 		}
 		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}

@@ -10,7 +10,7 @@
 -- jobs in the waiting room.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
--- KEYS     1 meta hash (depth: jobs in the waiting room; entries: "2"
+-- KEYS     1 meta hash (depth: jobs in the waiting room; entries: "3"
 --          once a worker that reads queue.Job.item's entries has
 --          started), 2 ring of tenants with work, 3 set of tenants in the
 --          ring or asleep, 4 weights hash, 5 the tenant's list (its
@@ -24,11 +24,12 @@
 --          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
 --          now or ""), 14 the tenant's metrics class, 15 the job's id
 --          ("" for an id the producer chose, which is not recorded),
---          16 "2" when the producer has seen entries set to 2 (it is
---          never unset while producers of this version run)
+--          16 "3" when the producer has seen entries set to 3 (it is
+--          never unset while producers of this version run), 17 when it
+--          has not, the job's bare envelope
 -- Returns  {0, depth after, remaining, reset µs, entries} admitted and
---                                       queued; entries is 2 when the
---                                       meta hash's entries is "2"
+--                                       queued; entries is 3 when the
+--                                       meta hash's entries is "3"
 --          {1, depth, bound, 0, 0}      queue full
 --          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
@@ -58,19 +59,14 @@ local d = admit(KEYS[6], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
   tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
 if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
 local entry, entries = ARGV[5], ARGV[16]
-if entries ~= '2' then
+if entries ~= '3' then
   -- The producer has not yet seen that a worker which reads this
   -- version's entries has started on the queue (queue.Server.Start sets
   -- entries); until one has, queue the bare envelope, which every
-  -- version reads. The reply tells the producer, which remembers it.
+  -- version reads and which the producer then sends too. The reply tells
+  -- the producer, which remembers it.
   entries = redis.call('HGET', KEYS[1], 'entries')
-end
-if entries ~= '2' then
-  local off, len, at = string.match(entry, '^sluice2\t(%d+):(%d+):%d+:%d+\t[^\t]+\t()')
-  if off then
-    off = at + tonumber(off)
-    entry = string.sub(entry, off, off + tonumber(len) - 1)
-  end
+  if entries ~= '3' then entry = ARGV[17] end
 end
 -- A tenant whose list held jobs already is in the ring or asleep (a
 -- tenant leaves both only when a claim finds its list empty).
@@ -79,4 +75,4 @@ if redis.call('RPUSH', KEYS[5], entry) == 1 and redis.call('SADD', KEYS[3], tena
 end
 if ARGV[4] ~= '1' then redis.call('HSET', KEYS[4], tenant, ARGV[4]) end
 redis.call('HINCRBY', KEYS[7], ARGV[14], 1)
-return {0, depth + 1, d[2], d[3], entries == '2' and 2 or 0}
+return {0, depth + 1, d[2], d[3], entries == '3' and 3 or 0}

@@ -46,6 +46,34 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
+-- field reads the length-delimited field whose tag is at p in msg: where
+-- its contents start and end, or nil when msg does not hold one there.
+local byte = string.byte
+local function field(msg, p, tag)
+  if byte(msg, p) ~= tag then return nil end
+  p = p + 1
+  local n, m, b = 0, 1, byte(msg, p)
+  while b and b >= 128 and m < 34359738368 do
+    n, m, p = n + (b - 128) * m, m * 128, p + 1
+    b = byte(msg, p)
+  end
+  if not b or b >= 128 then return nil end
+  n = n + b * m
+  if p + n > #msg then return nil end
+  return p + 1, p + n
+end
+
+-- task_of returns field 3 (the task id) of msg when msg starts with fields
+-- 1 and 2 and then 3, as queue.Job.item writes them; nil for text of any
+-- other shape, which the caller then archives.
+local function task_of(msg)
+  local _, e = field(msg, 1, 10)
+  if e then _, e = field(msg, e + 1, 18) end
+  local s
+  if e then s, e = field(msg, e + 1, 26) end
+  if s then return string.sub(msg, s, e) end
+end
+
 -- message returns the task id of the job of envelope env (the entry of
 -- an earlier version, which held the bare envelope), its id (nil for text
 -- that is no envelope), its metrics class and its asynq message
@@ -97,19 +125,29 @@ local function hand_over(H, env, now)
     H.retain = pb_uint(12, H.retention)
   end
   -- An entry of this version carries its message ready (queue.Job.item),
-  -- less Retention, the last field, which only the workers know, behind
-  -- a header: where the message holds the envelope and the task id
-  -- (offset:length each), and the class. Anything else is an envelope of
-  -- an earlier version, or text to archive.
-  local off, len, class, at = string.match(env, '^sluice2\t%d+:%d+:(%d+):(%d+)\t([^\t]+)\t()')
-  local task, id, msg
-  if off then
-    off = at + tonumber(off)
-    task = string.sub(env, off, off + tonumber(len) - 1)
-    id = string.match(task, '^sluice:([^@]+)@')
-    msg = string.sub(env, at)
-    if H.retain ~= '' then msg = msg .. H.retain end
+  -- less Retention, the last field, which only the workers know: for the
+  -- default class the message alone, its task id read from field 3; for
+  -- another, behind a header that says where the message holds the
+  -- envelope and the task id (offset:length each), and the class.
+  -- Anything else is an envelope of an earlier version, or text to
+  -- archive.
+  local task, id, msg, class
+  if byte(env, 1) == 10 then
+    task = task_of(env)
+    if task then
+      id = string.match(task, '^sluice:([^@]+)@')
+      class, msg = 'default', env
+    end
+  else
+    local off, len, cls, at = string.match(env, '^sluice2\t%d+:%d+:(%d+):(%d+)\t([^\t]+)\t()')
+    if off then
+      off = at + tonumber(off)
+      task = string.sub(env, off, off + tonumber(len) - 1)
+      id = string.match(task, '^sluice:([^@]+)@')
+      class, msg = cls, string.sub(env, at)
+    end
   end
+  if id and H.retain ~= '' then msg = msg .. H.retain end
   if not id then
     task, id, class, msg = message(H, env)
   end

@@ -162,7 +162,7 @@ func (s *sluiceSys) name() string { return "sluice" }
 // (docs/queue.md, Keys) rather than the bare envelopes they queue until
 // then.
 func (s *sluiceSys) reset(ctx context.Context) error {
-	return s.rc.HSet(ctx, queue.DefaultPrefix+":meta:{"+queueName+"}", "entries", "2").Err()
+	return s.rc.HSet(ctx, queue.DefaultPrefix+":meta:{"+queueName+"}", "entries", "3").Err() // queue's entriesVersion
 }
 
 // enqueue leaves the job's id to the Producer (a random one), as a caller
