@@ -111,6 +111,12 @@ func run() error {
 			o.only[p] = true
 		}
 	}
+	// Phase 3b paces each system at half its own rate in 3a (or 2); alone
+	// it would have no rate to go by, and a made-up one lets FIFO drain
+	// its backlog before most arrivals, which measures another case.
+	if o.want("arrivals") && !o.want("fair") && !o.want("process") && o.arrivalRate <= 0 {
+		return fmt.Errorf("-only arrivals needs phase fair or process beside it (its arrival rates are half of each system's rate there), or -arrival-rate")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -301,25 +301,30 @@ func (r *report) fair(ctx context.Context, b *bench, arrivals bool) error {
 	}
 	// rateFor is the arrival rate of 3b for a system: -arrival-rate, or
 	// half the system's own rate in 3a (so that both are loaded alike),
-	// or half its rate in phase 2.
-	rateFor := func(which string) float64 {
+	// or half its rate in phase 2 (main refuses to run 3b without one of
+	// them).
+	rateFor := func(which string) (float64, error) {
 		if o.arrivalRate > 0 {
-			return o.arrivalRate
+			return o.arrivalRate, nil
 		}
 		for _, set := range [][]drainResult{r.fairs[0], r.proc} {
 			for _, d := range set {
 				if d.sys == which && d.done > 0 {
-					return 0.5 * d.rate()
+					return 0.5 * d.rate(), nil
 				}
 			}
 		}
-		return 1000
+		return 0, fmt.Errorf("phase 3b: no rate of %s from phase 3a or 2 to pace its arrivals by", which)
 	}
 	rates := map[string]float64{}
 	run := func(which string) (drainResult, error) {
 		spec := drainSpec{n: n, tenantOf: tenantOf, groups: [][2]int{{0, big}, {big, n}}}
 		if arrivals {
-			rates[which] = rateFor(which)
+			rate, err := rateFor(which)
+			if err != nil {
+				return drainResult{}, err
+			}
+			rates[which] = rate
 			spec.groups = [][2]int{{0, big}}
 			spec.arrive = [2]int{big, n}
 			spec.rate = rates[which]
