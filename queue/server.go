@@ -56,8 +56,13 @@ type ServerConfig struct {
 	// default, 0, deletes a task when it completes, as asynq does; a
 	// retained task costs Redis memory and a little work at completion.
 	Retention time.Duration
-	// PollInterval is how often an idle dispatcher looks for work;
-	// default 50ms.
+	// PollInterval is how often an idle dispatcher looks for work, and
+	// how long asynq's processor sleeps after finding its pending list
+	// empty (its TaskCheckInterval); default 50ms. A job enqueued on an
+	// idle queue waits for both in turn: about one PollInterval on
+	// average, against half of one for bare asynq at the same
+	// TaskCheckInterval (docs/queue.md, The dispatcher). Each idle worker
+	// process sends Redis a claim and an asynq dequeue per PollInterval.
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
