@@ -18,7 +18,7 @@
 //	  tenant_bound: 10000      # most jobs waiting per tenant; 0 = no bound
 //	  prefetch: 64             # most tasks in asynq's pending list
 //	  max_payload: 1MiB        # largest job payload
-//	  retention: 1h            # how long completed jobs are remembered
+//	  retention: 0s            # how long asynq keeps completed jobs (0s: not kept)
 //
 //	downstreams:
 //	  shopify:
@@ -65,10 +65,10 @@
 //   - max_payload: the largest job payload. A number of bytes, or a number
 //     with a B, KiB or MiB suffix ("512KiB", "1MiB"). Default 1MiB, at
 //     most 64MiB.
-//   - retention: how long asynq keeps a completed job, so that a hand-over
-//     repeated after a crash is recognised and the job does not run
-//     twice. Redis holds every job completed in this time (about 800
-//     bytes each plus its payload). Default 1h, from 10m to 720h.
+//   - retention: how long asynq keeps a completed job, with its result,
+//     for asynqmon and asynq's Inspector. Redis holds every job completed
+//     in this time (about 800 bytes each plus its payload). Default 0s
+//     (deleted when it completes, as asynq does by default), at most 720h.
 //
 // # downstreams
 //
