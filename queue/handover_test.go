@@ -352,12 +352,12 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 		if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		// What an enqueue would have counted for them.
+		// What an enqueue would have counted for them (the default class
+		// is the depth less the other classes).
 		pipe := client.TxPipeline()
 		for _, b := range bad {
 			pipe.RPush(ctx, list, b)
 			pipe.HIncrBy(ctx, k.meta, "depth", 1)
-			pipe.HIncrBy(ctx, k.cdepth, "default", 1)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
@@ -457,6 +457,11 @@ func TestEarlierHandedOverCountedOut(t *testing.T) {
 		}
 		if got, err := client.HGetAll(ctx, k.ids).Result(); err != nil || len(got) != 1 || got["j4"] != "1" {
 			t.Fatalf("ids %v, %v; want only the waiting j4", got, err)
+		}
+		// The default class's count, which this version derives from the
+		// depth, goes too.
+		if n, err := client.HExists(ctx, k.cdepth, "default").Result(); err != nil || n {
+			t.Fatalf("the earlier count of class default is still there (%v)", err)
 		}
 		st, err := p.Stats(ctx)
 		if err != nil || st.Depth != 5 || st.HandedOver != 4 || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {

@@ -236,7 +236,9 @@ func (j *Job) maxRetry() int {
 }
 
 // defaultClass is the metrics class of tenants whose policy names none;
-// queue_handover.lua counts entries without a header in it.
+// queue_handover.lua counts entries without a header in it. The scripts
+// spell it too: they keep no count of it in the per-class hash
+// (readStats derives it from the depth).
 const defaultClass = "default"
 
 // class is the job's metrics class as the queue's counts record it.

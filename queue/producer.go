@@ -189,7 +189,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	alg := ""
-	adm := [5]string{"0", "0", "0", "0", "0"}
+	var adm [5]string // "": no policy
 	admKey := p.keys.admission("none", enc)
 	if tp.Admission != nil {
 		pol := *tp.Admission
@@ -212,18 +212,37 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	args := []any{p.cfg.Bound, p.cfg.TenantBound, enc, weight, item,
-		adm[0], adm[1], adm[2], adm[3], adm[4], job.cost(), "1", p.cfg.now(), job.Class, recordID, "0", nil}
-	if p.entries.Load() {
-		args[15] = entriesVersion
-		args = args[:16]
-	} else if env, err := itemEnvelope(item); err != nil {
-		return Receipt{}, err
-	} else {
+	args := make([]any, 9, 15)
+	args[0], args[1], args[2], args[3] = enc, item, p.cfg.Bound, job.cost()
+	for i, a := range adm {
+		args[4+i] = a
+	}
+	// The arguments that most jobs leave at their defaults, sent only up
+	// to the last one that is not (queue_enqueue.lua).
+	opt := [6]any{"", "", "", recordID, p.cfg.now(), ""}
+	if p.cfg.TenantBound > 0 {
+		opt[0] = p.cfg.TenantBound
+	}
+	if weight != 1 {
+		opt[1] = weight
+	}
+	if job.Class != defaultClass {
+		opt[2] = job.Class
+	}
+	if !p.entries.Load() {
 		// Until workers that read entries have started, the script
 		// queues the bare envelope instead.
-		args[16] = env
+		env, err := itemEnvelope(item)
+		if err != nil {
+			return Receipt{}, err
+		}
+		opt[5] = env
 	}
+	n := len(opt)
+	for n > 0 && opt[n-1] == "" {
+		n--
+	}
+	args = append(args, opt[:n]...)
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending}, args...).Int64Slice()
 	if err != nil {
@@ -296,9 +315,19 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	}
 	d, _ := depth.Int64()
 	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
+	// The scripts count every class but the default one (most jobs, one
+	// command less each); the default class has the rest of the depth. A
+	// "default" field left by an earlier version is not this count.
+	rest := d
 	for c, v := range classes.Val() {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		st.ByClass[c] = n
+		if c != defaultClass && n > 0 {
+			st.ByClass[c] = n
+			rest -= n
+		}
+	}
+	if rest > 0 {
+		st.ByClass[defaultClass] = rest
 	}
 	return st, nil
 }

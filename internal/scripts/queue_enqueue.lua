@@ -18,15 +18,19 @@
 --          state, 7 per-class count of waiting jobs (for metrics), 8 ids
 --          hash (job id -> how many jobs of that id are waiting),
 --          9 asynq's pending list
--- ARGV     1 bound, 2 tenant bound (0: none), 3 tenant (encoded),
---          4 weight (1, the default, is not stored), 5 the job's entry
---          (queue.Job.item), 6..13 admit()'s arguments as in
---          admit_main.lua (limit, period, capacity, rl, pr, cost, "1",
---          now or ""), 14 the tenant's metrics class, 15 the job's id
---          ("" for an id the producer chose, which is not recorded),
---          16 "3" when the producer has seen entries set to 3 (it is
---          never unset while producers of this version run), 17 when it
---          has not, the job's bare envelope
+-- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
+--          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
+--          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
+--          for a tenant without one; then, each left off (or "") where
+--          it is the default and nothing after it is set: 10 tenant bound
+--          (none), 11 weight (1, which is not stored), 12 the tenant's
+--          metrics class ("default", which is not counted), 13 the job's
+--          id (an id the producer chose, which is not recorded), 14 now in
+--          µs (the server's TIME), 15 the job's bare envelope, which the
+--          producer sends until it has seen the meta hash's entries at
+--          "3" (it is never unset while producers of this version run).
+--          An argument costs redis-server about as much as a cheap
+--          command, so the common job sends nine.
 -- Returns  {0, depth after, remaining, reset µs, entries} admitted and
 --                                       queued; entries is 3 when the
 --                                       meta hash's entries is "3"
@@ -35,7 +39,8 @@
 --          {3, remaining, reset µs, retry µs, 0} refused by admission
 --          {4, 0, 0, 0, 0}              a job of that id is waiting
 -- (depth here: the room's and asynq's pending list's together)
-local bound, tbound, tenant, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[15]
+local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13] or ''
+local tbound = tonumber(ARGV[10] or '') or 0
 -- The id is recorded first and the depth counted first, each in the one
 -- command that also checks it; a refusal below takes them back, so that
 -- the common case, an accepted job, costs no extra command.
@@ -54,25 +59,31 @@ if tbound > 0 then
   local tdepth = redis.call('LLEN', KEYS[5])
   if tdepth >= tbound then return refuse({2, tdepth, tbound, 0, 0}) end
 end
-local now, pad = clock(ARGV[13])
-local d = admit(KEYS[6], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
-  tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), ARGV[12] == '1', now, pad)
-if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
-local entry, entries = ARGV[5], ARGV[16]
-if entries ~= '3' then
+local d = {1, 0, 0, 0}
+if ARGV[5] ~= '' then
+  local now, pad = clock(ARGV[14])
+  d = admit(KEYS[6], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]),
+    tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]), true, now, pad)
+  if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
+end
+local entry, entries = ARGV[2], '3'
+if ARGV[15] then
   -- The producer has not yet seen that a worker which reads this
   -- version's entries has started on the queue (queue.Server.Start sets
   -- entries); until one has, queue the bare envelope, which every
   -- version reads and which the producer then sends too. The reply tells
   -- the producer, which remembers it.
   entries = redis.call('HGET', KEYS[1], 'entries')
-  if entries ~= '3' then entry = ARGV[17] end
+  if entries ~= '3' then entry = ARGV[15] end
 end
 -- A tenant whose list held jobs already is in the ring or asleep (a
 -- tenant leaves both only when a claim finds its list empty).
 if redis.call('RPUSH', KEYS[5], entry) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
   redis.call('RPUSH', KEYS[2], tenant)
 end
-if ARGV[4] ~= '1' then redis.call('HSET', KEYS[4], tenant, ARGV[4]) end
-redis.call('HINCRBY', KEYS[7], ARGV[14], 1)
+local weight, class = ARGV[11] or '', ARGV[12] or ''
+if weight ~= '' and weight ~= '1' then redis.call('HSET', KEYS[4], tenant, weight) end
+-- The default class is not counted: its count is the depth less the
+-- others' (queue.readStats), which saves a command on most jobs.
+if class ~= '' and class ~= 'default' then redis.call('HINCRBY', KEYS[7], class, 1) end
 return {0, depth + 1, d[2], d[3], entries == '3' and 3 or 0}

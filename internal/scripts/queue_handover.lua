@@ -4,7 +4,8 @@
 -- queue's hash tag, which is asynq's own:
 --   H.meta       hash: depth (jobs in the waiting room), undecodable (a
 --                counter)
---   H.cdepth     hash: jobs in the waiting room, by metrics class
+--   H.cdepth     hash: jobs in the waiting room, by metrics class; the
+--                default class is not counted (queue_enqueue.lua)
 --   H.ids        hash: job id -> how many jobs of that id are waiting
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
@@ -165,7 +166,9 @@ local function flush(H)
   redis.call('LPUSH', H.pending, unpack(H.push))
   redis.call('HINCRBY', H.meta, 'depth', -#H.push)
   for class, c in pairs(H.classes) do
-    if redis.call('HINCRBY', H.cdepth, class, -c) <= 0 then redis.call('HDEL', H.cdepth, class) end
+    if class ~= 'default' and redis.call('HINCRBY', H.cdepth, class, -c) <= 0 then
+      redis.call('HDEL', H.cdepth, class)
+    end
   end
   -- An id is almost always counted once: delete those in one call. Ids
   -- the producers chose are not recorded (queue_enqueue.lua): with none

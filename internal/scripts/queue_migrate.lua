@@ -7,7 +7,7 @@
 -- waiting room; a handed-over job is in asynq's pending list, which the
 -- bound reads as it is. So each recorded job leaves the depth, its id and,
 -- for the sorted-set version, its class; the records and the per-tenant
--- counts go.
+-- counts go, and so does the default class's count.
 -- KEYS     1 the old sorted set, 2 the old hash, 3 the old per-tenant
 --          counts, 4 the handover list, 5 per-class count of waiting jobs,
 --          6 meta hash, 7 ids hash
@@ -33,4 +33,8 @@ if moved > 0 and redis.call('HINCRBY', KEYS[6], 'depth', -moved) < 0 then
   redis.call('HSET', KEYS[6], 'depth', 0)
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+-- Earlier versions also counted the default class, which this one
+-- derives from the depth (queue_enqueue.lua); readers ignore the field,
+-- and it goes here.
+redis.call('HDEL', KEYS[5], 'default')
 return moved

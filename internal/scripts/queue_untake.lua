@@ -6,7 +6,7 @@
 -- Optionally the tenant sleeps until a time.
 -- KEYS     1 the tenant's list, 2 ring, 3 set of tenants in the ring or
 --          asleep, 4 sleeping tenants, 5 meta hash, 6 per-class count of
---          waiting jobs, 7 ids hash
+--          waiting jobs (the default class is not counted), 7 ids hash
 -- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
 --          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
 --          class, 6 job id
@@ -15,7 +15,7 @@
 local now = clock(ARGV[4])
 redis.call('HINCRBY', KEYS[5], 'depth', 1)
 redis.call('HINCRBY', KEYS[7], ARGV[6], 1)
-redis.call('HINCRBY', KEYS[6], ARGV[5], 1)
+if ARGV[5] ~= 'default' then redis.call('HINCRBY', KEYS[6], ARGV[5], 1) end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 local sleep = tonumber(ARGV[3])
 if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then
