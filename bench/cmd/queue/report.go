@@ -241,7 +241,32 @@ func (r *report) process(ctx context.Context, b *bench) error {
 			d.sys, empty, o.poll, asleep.Seconds(), d.elapsed.Seconds())
 	}
 	fmt.Println()
+	cpuSplit(r.proc)
 	return nil
+}
+
+// cpuSplit prints where each system's CPU went per job: redis-server's
+// time inside scripts and the rest of it, and this process's user and
+// system time and context switches. Both systems' workers run in this
+// process, one at a time, so its usage over a drain is the worker's (and
+// the Go runtime's: scheduler, GC).
+func cpuSplit(runs []drainResult) {
+	fmt.Printf("Where the CPU went, per job (redis-server: INFO's used_cpu and commandstats' time in EVAL/EVALSHA, which includes the commands the scripts ran; client: getrusage of this process):\n\n")
+	var rows [][]string
+	for _, d := range runs {
+		if d.done == 0 {
+			continue
+		}
+		n := float64(d.done)
+		srv := d.cost.server
+		scripts := float64(srv.Commands["evalsha"].Usec + srv.Commands["eval"].Usec + srv.Commands["evalsha_ro"].Usec + srv.Commands["eval_ro"].Usec)
+		u := d.cost.usage
+		rows = append(rows, []string{d.sys, f1(srv.CPU * 1e6 / n), f1(scripts / n), f1((srv.CPU*1e6 - scripts) / n),
+			f1(float64(u.User.Microseconds()) / n), f1(float64(u.System.Microseconds()) / n),
+			f2(float64(u.Switches) / n), f2(float64(u.Preempted) / n)})
+	}
+	table([]string{"system", "redis-server µs", "in scripts µs", "the rest µs", "client user µs", "client system µs", "client waits (voluntary switches)", "client preempted"}, rows)
+	fmt.Printf("\"The rest\" of redis-server's time is reading requests, writing replies and its event loop, which every round trip costs, and the few commands sent outside scripts. A client thread that finds nothing to run waits in the kernel (a voluntary switch) and is woken when a reply arrives: system time that grows with how often the worker's goroutines all wait on Redis at once.\n\n")
 }
 
 func timedOut(d drainResult) string {

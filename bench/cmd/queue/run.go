@@ -56,12 +56,12 @@ func (b *bench) payload(i int) []byte {
 type mark struct {
 	info   redisinfo.Snapshot
 	counts counts
-	cpu    time.Duration
+	usage  sysstat.Usage
 	at     time.Time
 }
 
 func (b *bench) mark(ctx context.Context, c *counter) (mark, error) {
-	m := mark{cpu: sysstat.ProcessCPU(), at: time.Now()}
+	m := mark{usage: sysstat.ProcessUsage(), at: time.Now()}
 	if c != nil {
 		m.counts = c.snapshot()
 	}
@@ -74,11 +74,11 @@ func (b *bench) mark(ctx context.Context, c *counter) (mark, error) {
 type cost struct {
 	server redisinfo.Snapshot // the difference of two snapshots
 	client counts
-	cpu    time.Duration // this process's CPU
+	usage  sysstat.Usage // this process's
 }
 
 func (m mark) sub(a mark) cost {
-	return cost{server: m.info.Sub(a.info), client: m.counts.sub(a.counts), cpu: m.cpu - a.cpu}
+	return cost{server: m.info.Sub(a.info), client: m.counts.sub(a.counts), usage: m.usage.Sub(a.usage)}
 }
 
 // perJob divides a cost by the jobs it bought.
@@ -88,7 +88,7 @@ func (c cost) perJob(jobs int) (roundTrips, commands, redisCPUus, clientCPUus fl
 	}
 	n := float64(jobs)
 	return float64(c.client.roundTrips) / n, float64(c.server.Processed) / n,
-		c.server.CPU * 1e6 / n, float64(c.cpu.Microseconds()) / n
+		c.server.CPU * 1e6 / n, float64((c.usage.User + c.usage.System).Microseconds()) / n
 }
 
 // produce enqueues jobs [from, to) from g goroutines, recording in enq the

@@ -34,3 +34,27 @@ func TestProcessCPUGrows(t *testing.T) {
 		t.Errorf("ProcessCPU went from %v to %v over 20ms of spinning", before, after)
 	}
 }
+
+func TestProcessUsageCountsASleep(t *testing.T) {
+	before := ProcessUsage()
+	if before.User+before.System <= 0 {
+		t.Skip("this system does not report usage")
+	}
+	// While every goroutine sleeps, the process's threads wait in the
+	// kernel: voluntary switches.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 3 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	<-done
+	d := ProcessUsage().Sub(before)
+	if d.Switches <= 0 {
+		t.Errorf("no voluntary context switch over three 2ms sleeps: %+v", d)
+	}
+	if d.User < 0 || d.System < 0 || d.Preempted < 0 {
+		t.Errorf("usage went backwards: %+v", d)
+	}
+}
