@@ -265,6 +265,44 @@ func TestClaimsHandOverBatches(t *testing.T) {
 	})
 }
 
+// TestStartHandsFirstBatchOver: Start returns with the first batch in
+// asynq's pending list already, so that asynq's processor, whose first
+// look comes as it starts, finds work instead of sleeping a PollInterval.
+func TestStartHandsFirstBatchOver(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		const n = 50
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: "t", Type: "noop"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release := make(chan struct{})
+		h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+		// Concurrency 2: a Prefetch of 6. Jobs block in their handler, so
+		// no more than 2 start and the dispatcher can add no more than 2.
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, h)
+		waiting, err := p.TenantDepth(context.Background(), "t")
+		t.Cleanup(func() { close(release) }) // before the Shutdown startServer registered
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting > n-6 {
+			t.Fatalf("right after Start, %d of %d jobs still wait in the room; want the first batch of 6 handed over", waiting, n)
+		}
+	})
+}
+
 // counterValue returns the value of the counter name in reg.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()

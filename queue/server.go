@@ -154,12 +154,21 @@ func (s *Server) Start(h Handler) error {
 	if err := s.checkLegacy(context.Background()); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	// asynq's processor looks at its pending list as soon as it starts,
+	// and sleeps about PollInterval when it finds it empty: hand the
+	// first batch over before that look, so that a worker started on a
+	// backlog begins at once. A failure here is the dispatcher's to
+	// retry; it is not the start's.
+	if _, err := s.dispatchOne(ctx); err != nil {
+		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
+	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		return s.process(ctx, t, h)
 	})); err != nil {
+		cancel()
 		return fmt.Errorf("sluice: starting asynq: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()

@@ -104,6 +104,9 @@ return {#items, 0}
 
 func (s *staged) start(started func(int)) error {
 	s.srv = newAsynqServer(s.rc, s.conc, s.poll)
+	// The first batch goes over before asynq's processor first looks, as
+	// sluice's Server.Start does.
+	s.feedOnce(context.Background())
 	wakeAfter := int64(2 * s.conc) // sluice's, with its default Prefetch of 3 × Concurrency
 	s.wake = make(chan struct{}, 1)
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
@@ -129,10 +132,7 @@ func (s *staged) start(started func(int)) error {
 func (s *staged) feed(ctx context.Context) {
 	defer close(s.done)
 	for ctx.Err() == nil {
-		s.started.Store(0)
-		v, err := feedScript.Run(ctx, s.rc, []string{stageKey, pendingKey},
-			3*s.conc, stageBatch, taskKeyPrefix, time.Now().UnixNano()).Int64Slice()
-		if err == nil && len(v) == 2 && v[1] == 1 {
+		if s.feedOnce(ctx) {
 			continue
 		}
 		timer := time.NewTimer(s.poll)
@@ -143,6 +143,14 @@ func (s *staged) feed(ctx context.Context) {
 		}
 		timer.Stop()
 	}
+}
+
+// feedOnce runs one claim; it says whether the next should come at once.
+func (s *staged) feedOnce(ctx context.Context) (more bool) {
+	s.started.Store(0)
+	v, err := feedScript.Run(ctx, s.rc, []string{stageKey, pendingKey},
+		3*s.conc, stageBatch, taskKeyPrefix, time.Now().UnixNano()).Int64Slice()
+	return err == nil && len(v) == 2 && v[1] == 1
 }
 
 func (s *staged) stop() {
