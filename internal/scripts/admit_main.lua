@@ -7,5 +7,5 @@
 --          the server's TIME
 -- Returns  {allowed (1/0), remaining, reset after (µs), retry after (µs)}
 local now, pad = clock(ARGV[8])
-return admit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1', now, pad)
+return admit(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5],
+  tonumber(ARGV[6]), ARGV[7] == '1', now, pad)

@@ -5,11 +5,15 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
+--           The five policy constants (limit to pr) come as the
+--           caller's strings, and each algorithm converts only those it
+--           uses: a tonumber costs redis-server about 1,800 instructions.
 -- State     a string: "a:f" as above, or "a" alone when f = 0 (Redis then
 --           keeps it as an integer). Read with GET, written with one SET
 --           PX. The key's name carries the format's version (see
 --           StateVersion in scripts.go).
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
+  capacity, rl, pr = tonumber(capacity), tonumber(rl), tonumber(pr)
   local full = capacity * pr -- the burst tolerance, in 1/rl µs
   local at, frac = now, 0
   local s = redis.call('GET', key)

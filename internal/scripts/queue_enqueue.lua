@@ -62,8 +62,8 @@ end
 local d = {1, 0, 0, 0}
 if ARGV[5] ~= '' then
   local now, pad = clock(ARGV[14])
-  d = admit(KEYS[6], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]),
-    tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[4]), true, now, pad)
+  d = admit(KEYS[6], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+    tonumber(ARGV[4]), true, now, pad)
   if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
 end
 local entry, entries = ARGV[2], '3'

@@ -5,6 +5,9 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
+--           The five policy constants (limit to pr) come as the
+--           caller's strings, and each algorithm converts only those it
+--           uses: a tonumber costs redis-server about 1,800 instructions.
 -- State     a string "w:c:p": w = current window index, c = its count,
 --           p = the count of window w-1. Read with GET, written with one
 --           SET PX. The key's name carries the format's version (see
@@ -12,6 +15,7 @@
 -- The floating-point expressions are the ones algorithms/model.go
 -- evaluates, in the same order, so both give identical decisions.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
+  limit, period = tonumber(limit), tonumber(period)
   local w = math.floor(now / period)
   local cur, prev = 0, 0
   local s = redis.call('GET', key)
