@@ -243,8 +243,15 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		n--
 	}
 	args = append(args, opt[:n]...)
-	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.ring, k.members, k.weights, list, admKey, k.cdepth, k.ids, k.asynqPending}, args...).Int64Slice()
+	// So are the keys that only those arguments use: each key costs
+	// redis-server about 1,300 instructions to hand the script.
+	ks := []string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids}
+	need := [...]bool{alg != "", weight != 1, job.Class != defaultClass, recordID != ""}
+	m := len(ks)
+	for m > 5 && !need[m-6] {
+		m--
+	}
+	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client, ks[:m], args...).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}

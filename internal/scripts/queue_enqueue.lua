@@ -13,11 +13,13 @@
 -- KEYS     1 meta hash (depth: jobs in the waiting room; entries: "3"
 --          once a worker that reads queue.Job.item's entries has
 --          started), 2 ring of tenants with work, 3 set of tenants in the
---          ring or asleep, 4 weights hash, 5 the tenant's list (its
---          length is the tenant's backlog), 6 the tenant's admission
---          state, 7 per-class count of waiting jobs (for metrics), 8 ids
---          hash (job id -> how many jobs of that id are waiting),
---          9 asynq's pending list
+--          ring or asleep, 4 the tenant's list (its length is the
+--          tenant's backlog), 5 asynq's pending list; then, each left
+--          off where nothing after it is needed: 6 the tenant's
+--          admission state (for a tenant with a policy), 7 weights hash
+--          (for a weight), 8 per-class count of waiting jobs (for a
+--          class), 9 ids hash (job id -> how many jobs of that id are
+--          waiting; for an id the producer chose)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
@@ -30,7 +32,7 @@
 --          producer sends until it has seen the meta hash's entries at
 --          "3" (it is never unset while producers of this version run).
 --          The common job sends nine (about 1% less of redis-server's
---          work than sixteen, bench/cmd/instr).
+--          work than sixteen, bench/cmd/instr) and five or six keys.
 -- Returns  {0, depth after, remaining, reset µs, entries} admitted and
 --                                       queued; entries is 3 when the
 --                                       meta hash's entries is "3"
@@ -46,17 +48,17 @@ local tbound = tonumber(ARGV[10] or '') or 0
 -- the common case, an accepted job, costs no extra command.
 -- An empty id is one the producer chose at random, which no other job
 -- can have: it is not recorded.
-if id ~= '' and redis.call('HSETNX', KEYS[8], id, 1) == 0 then return {4, 0, 0, 0, 0} end
+if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {4, 0, 0, 0, 0} end
 local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
 local function refuse(r)
   redis.call('HINCRBY', KEYS[1], 'depth', -1)
-  if id ~= '' then redis.call('HDEL', KEYS[8], id) end
+  if id ~= '' then redis.call('HDEL', KEYS[9], id) end
   return r
 end
-local depth = room + redis.call('LLEN', KEYS[9])
+local depth = room + redis.call('LLEN', KEYS[5])
 if depth >= bound then return refuse({1, depth, bound, 0, 0}) end
 if tbound > 0 then
-  local tdepth = redis.call('LLEN', KEYS[5])
+  local tdepth = redis.call('LLEN', KEYS[4])
   if tdepth >= tbound then return refuse({2, tdepth, tbound, 0, 0}) end
 end
 local d = {1, 0, 0, 0}
@@ -78,13 +80,13 @@ if ARGV[15] then
 end
 -- A tenant whose list held jobs already is in the ring or asleep (a
 -- tenant leaves both only when a claim finds its list empty).
-if redis.call('RPUSH', KEYS[5], entry) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
+if redis.call('RPUSH', KEYS[4], entry) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
   redis.call('RPUSH', KEYS[2], tenant)
 end
 -- The producer sends a weight and a class only when they are not the
 -- defaults (1, not stored; "default", not counted: its count is the depth
 -- less the others', queue.readStats), which saves a command on most jobs.
 local weight, class = ARGV[11] or '', ARGV[12] or ''
-if weight ~= '' then redis.call('HSET', KEYS[4], tenant, weight) end
-if class ~= '' then redis.call('HINCRBY', KEYS[7], class, 1) end
+if weight ~= '' then redis.call('HSET', KEYS[7], tenant, weight) end
+if class ~= '' then redis.call('HINCRBY', KEYS[8], class, 1) end
 return {0, depth + 1, d[2], d[3], entries == '3' and 3 or 0}
