@@ -380,9 +380,11 @@ func TestUndecodableEnvelopeArchived(t *testing.T) {
 			`{"id":"","type":"x"}`, `{"type":"x"}`,
 			// Text that starts as a task message does and is none: cut
 			// short, a length past the end, a varint that never ends, a
-			// field out of order, a task id of another kind.
+			// field out of order, a task id of another kind, sluice's
+			// with no '@' or nothing before it.
 			"\x0a", "\x0a\x05ab", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff",
 			"\x0a\x01x\x1a\x02{}", "\x0a\x01x\x12\x02{}\x1a\x03abc",
+			"\x0a\x01x\x12\x02{}\x1a\x09sluice:ab", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:@b@c",
 			// Lua reads it, Go does not (no tenant): the dispatcher, which
 			// checks the throttle of jobs that name a downstream, cannot
 			// read it, and takes it unchecked.
