@@ -246,7 +246,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	// So are the keys that only those arguments use: each key costs
 	// redis-server about 1,300 instructions to hand the script.
 	ks := []string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids}
-	need := [...]bool{alg != "", weight != 1, job.Class != defaultClass, recordID != ""}
+	need := [...]bool{alg != "", opt[1] != "", opt[2] != "", opt[3] != ""}
 	m := len(ks)
 	for m > 5 && !need[m-6] {
 		m--

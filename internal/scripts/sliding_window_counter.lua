@@ -5,9 +5,7 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
---           The five policy constants (limit to pr) come as the
---           caller's strings, and each algorithm converts only those it
---           uses: a tonumber costs redis-server about 1,800 instructions.
+--           limit to pr arrive as strings (see AdmitFunctions).
 -- State     a string "w:c:p": w = current window index, c = its count,
 --           p = the count of window w-1. Read with GET, written with one
 --           SET PX. The key's name carries the format's version (see
