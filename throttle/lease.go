@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
@@ -122,12 +124,115 @@ func (l *Lease) Extend(ctx context.Context) error {
 	return nil
 }
 
-// Release gives the slot back.
+// Release gives the slot back. It is usable at once: callers of
+// AcquireWait for the same key are woken, in this process at once and in
+// others through Redis pub/sub when their Throttle subscribes.
 func (l *Lease) Release(ctx context.Context) error {
-	if err := l.t.client.ZRem(ctx, l.key, l.id).Err(); err != nil {
+	err := scripts.ThrottleRelease.Run(ctx, l.t.client, []string{l.key},
+		l.id, l.c.Max, l.t.releaseChannel(), l.name).Err()
+	l.t.releases.notify(l.name)
+	if err != nil {
 		return fmt.Errorf("sluice: throttle release: %w", err)
 	}
 	return nil
+}
+
+// AcquireWait leases one of c.Max slots of key, waiting up to maxWait
+// for one to be given back when all are taken. It wakes as soon as a
+// lease of key is released (by this process, or by another whose release
+// it hears of when Options.Subscribe is on) and otherwise looks again
+// every LeasePoll, or when the earliest lease runs out if that is sooner.
+// When no slot was free within maxWait it returns the last *BusyError; a
+// maxWait of zero or less tries once, as Acquire does.
+func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, maxWait time.Duration) (*Lease, error) {
+	deadline := t.hostNow().Add(maxWait)
+	for {
+		// Take a place in the line before asking, so that a release
+		// between the refusal and the wait is not missed.
+		woken, leave := t.releases.wait(key)
+		l, err := t.Acquire(ctx, key, c)
+		var busy *BusyError
+		if !errors.As(err, &busy) {
+			leave()
+			return l, err
+		}
+		left := deadline.Sub(t.hostNow())
+		if left <= 0 {
+			leave()
+			return nil, busy
+		}
+		d := min(left, t.leasePoll)
+		if busy.RetryAfter > 0 {
+			d = min(d, busy.RetryAfter)
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			leave()
+			return nil, ctx.Err()
+		case <-woken:
+			timer.Stop()
+		case <-timer.C:
+			leave()
+		}
+	}
+}
+
+// releaseChannel is the pub/sub channel on which releases of leases that
+// others may be waiting for are announced; the message is the key.
+func (t *Throttle) releaseChannel() string { return t.prefix + ":releases" }
+
+// releaseLine holds, per key, the callers of AcquireWait waiting for a
+// lease, in order: each release wakes the first.
+type releaseLine struct {
+	mu      sync.Mutex
+	waiting map[string][]chan struct{}
+}
+
+func newReleaseLine() *releaseLine {
+	return &releaseLine{waiting: make(map[string][]chan struct{})}
+}
+
+// wait joins key's line. The channel is closed when this caller's turn
+// comes; leave takes it out of the line if it stops waiting first.
+func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	r.mu.Lock()
+	r.waiting[key] = append(r.waiting[key], ch)
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		line := r.waiting[key]
+		for i, c := range line {
+			if c == ch {
+				line = append(line[:i:i], line[i+1:]...)
+				break
+			}
+		}
+		if len(line) == 0 {
+			delete(r.waiting, key)
+		} else {
+			r.waiting[key] = line
+		}
+	}
+}
+
+// notify wakes the first caller waiting for a lease of key, if any.
+func (r *releaseLine) notify(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	line := r.waiting[key]
+	if len(line) == 0 {
+		return
+	}
+	close(line[0])
+	if len(line) == 1 {
+		delete(r.waiting, key)
+	} else {
+		r.waiting[key] = line[1:]
+	}
 }
 
 // ID returns the lease's identifier, for logs.

@@ -23,10 +23,11 @@ func (t *Throttle) publish(ctx context.Context, key string, d time.Duration, end
 	}
 }
 
-// subscribe listens for pauses announced by other processes until Close.
+// subscribe listens for pauses and lease releases announced by other
+// processes until Close.
 func (t *Throttle) subscribe() {
 	ctx, cancel := context.WithCancel(context.Background())
-	sub := t.client.Subscribe(ctx, t.pauseChannel())
+	sub := t.client.Subscribe(ctx, t.pauseChannel(), t.releaseChannel())
 	// Wait for the confirmation, so that pauses announced after New
 	// returns are heard. If Redis is down now, go on: the subscription
 	// reconnects by itself.
@@ -43,6 +44,10 @@ func (t *Throttle) subscribe() {
 	go func() {
 		defer t.wg.Done()
 		for msg := range sub.Channel() {
+			if msg.Channel == t.releaseChannel() {
+				t.releases.notify(msg.Payload)
+				continue
+			}
 			if key, e, ok := parseAnnouncement(msg.Payload, t.hostNow()); ok {
 				t.pauses.set(key, e, t.hostNow())
 			}

@@ -49,6 +49,13 @@ const (
 	// DefaultMaxWait is the longest a reserved slot may be away when
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
+	// LeasePoll is how often AcquireWait asks Redis again for a lease
+	// when it cannot hear other processes' releases (Options.Subscribe
+	// off); releases in this process wake it at once.
+	LeasePoll = 100 * time.Millisecond
+	// LeasePollSubscribed is the same when releases are heard through
+	// pub/sub: only a safety net for a lost message.
+	LeasePollSubscribed = time.Second
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -174,9 +181,13 @@ type Throttle struct {
 	fallback float64
 	local    *localBuckets
 	pauses   *pauseBoard
-	hostNow  func() time.Time // the host's clock: only for local deadlines
-	stop     func()
-	wg       sync.WaitGroup
+	releases *releaseLine
+	// leasePoll is how often AcquireWait looks again without news of a
+	// release: seldom when releases are heard through pub/sub.
+	leasePoll time.Duration
+	hostNow   func() time.Time // the host's clock: only for local deadlines
+	stop      func()
+	wg        sync.WaitGroup
 }
 
 // New returns a Throttle on client (a *redis.Client, *redis.ClusterClient
@@ -202,8 +213,11 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	}
 	t.local = newLocalBuckets(t.fallback)
 	t.pauses = newPauseBoard()
+	t.releases = newReleaseLine()
+	t.leasePoll = LeasePoll
 	t.stop = func() {}
 	if opts != nil && opts.Subscribe {
+		t.leasePoll = LeasePollSubscribed
 		t.subscribe()
 	}
 	return t, nil

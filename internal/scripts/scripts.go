@@ -80,6 +80,8 @@ var (
 	throttleCancelSrc string
 	//go:embed throttle_pause.lua
 	throttlePauseSrc string
+	//go:embed throttle_release.lua
+	throttleReleaseSrc string
 	//go:embed throttle_acquire.lua
 	throttleAcquireSrc string
 )
@@ -90,6 +92,7 @@ var (
 	ThrottleCancel  = redis.NewScript(preludeSrc + throttleCancelSrc)
 	ThrottlePause   = redis.NewScript(preludeSrc + throttlePauseSrc)
 	ThrottleAcquire = redis.NewScript(preludeSrc + throttleAcquireSrc)
+	ThrottleRelease = redis.NewScript(throttleReleaseSrc)
 )
 
 var (
