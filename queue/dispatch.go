@@ -106,10 +106,14 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	}
 	if key, d, ok := s.throttleFor(job); ok {
 		r, err := s.cfg.Throttle.Peek(ctx, key, d.Limit, job.cost())
-		if err != nil {
+		switch {
+		case err != nil && neverFits(err):
+			// No slot will ever hold it (the policy changed since its
+			// enqueue): hand it over, and the worker archives it with
+			// the reason, rather than stopping every claim behind it.
+		case err != nil:
 			return err
-		}
-		if !r.OK {
+		case !r.OK:
 			if err := scripts.QueueSleep.Run(ctx, s.client, []string{k.ring, k.sleep},
 				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now()).Err(); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -281,13 +282,18 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	var lease *throttle.Lease
 	if key, d, ok := s.throttleFor(job); ok {
 		if d.Concurrency != nil {
-			lease, err = s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
+			// A lease given back is usable at once: wait for one as
+			// long as for a slot, woken by the release.
+			lease, err = s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, maxWait(d.Limit))
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
-				return s.putBack(ctx, t, job, enc, busy.RetryAfter, "concurrency cap")
+				// Every lease stayed held for the whole wait: calls are
+				// slow, not stalled; look again soon, not when a lease
+				// would run out.
+				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, leaseRecheck), "concurrency cap")
 			}
 			if err != nil {
-				return fmt.Errorf("%w: %v", errNotFailure, err)
+				return s.throttleError(job, err)
 			}
 			defer lease.Release(context.WithoutCancel(ctx))
 		}
@@ -295,9 +301,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		for {
 			r, err := s.cfg.Throttle.Reserve(ctx, key, d.Limit, job.cost())
 			if err != nil {
-				// Redis unreachable (fail closed) or shutting down: asynq
-				// retries later without counting a failure.
-				return fmt.Errorf("%w: %v", errNotFailure, err)
+				return s.throttleError(job, err)
 			}
 			if !r.OK {
 				s.cfg.Metrics.throttled(d.Limit.Name)
@@ -328,6 +332,39 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	return err
+}
+
+// leaseRecheck is the longest a tenant sleeps after its job waited a whole
+// MaxWait for a concurrency lease without getting one.
+const leaseRecheck = time.Second
+
+// maxWait is how long a job may wait for its slot under lim, and for a
+// lease.
+func maxWait(lim throttle.Limit) time.Duration {
+	if lim.MaxWait == 0 {
+		return throttle.DefaultMaxWait
+	}
+	return max(lim.MaxWait, 0)
+}
+
+// throttleError maps an error of the throttle to the job's fate. A job the
+// throttle refuses for what it is (a cost above the downstream's burst, a
+// limit that is not valid) will never run: it is archived with the
+// reason, at once, and holds up nobody. Anything else (Redis unreachable
+// and failing closed, shutting down) is not the job's fault: asynq runs
+// it again later without counting a failure.
+func (s *Server) throttleError(job *Job, err error) error {
+	if neverFits(err) {
+		return fmt.Errorf("%w: job %s of tenant %.64q: downstream %q: %v", asynq.SkipRetry, job.ID, job.Tenant, job.Downstream, err)
+	}
+	return fmt.Errorf("%w: %v", errNotFailure, err)
+}
+
+// neverFits reports whether a throttle error says the job can never be
+// given a slot, however long it waits.
+func neverFits(err error) bool {
+	return errors.Is(err, algorithms.ErrCostExceedsCapacity) || errors.Is(err, algorithms.ErrInvalidCost) ||
+		errors.Is(err, algorithms.ErrInvalidPolicy) || errors.Is(err, algorithms.ErrInvalidKey)
 }
 
 // left counts a job of this process that has left asynq's pending list,

@@ -1,0 +1,153 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// TestConcurrencyCapDoesNotStall: under a cap of one call in flight, with
+// leases that would run for an hour if nobody gave them back, a backlog
+// drains as fast as the handler gives its lease back. A job refused a
+// lease waits for one to be released; it does not put its tenant to sleep
+// until a lease would run out.
+func TestConcurrencyCapDoesNotStall(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 30
+		for i := 0; i < n; i++ {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: fmt.Sprintf("t%d", i%3), Type: "call", Downstream: "api"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th", Subscribe: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: time.Minute},
+			Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Hour}}
+		rec := newRecorder()
+		inFlight, most := 0, 0
+		rec.err = func(*Job) error {
+			rec.mu.Lock()
+			inFlight++
+			most = max(most, inFlight)
+			rec.mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			rec.mu.Lock()
+			inFlight--
+			rec.mu.Unlock()
+			return nil
+		}
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		waitFor(t, 60*time.Second, fmt.Sprintf("%d capped jobs to run", n), func() bool { return rec.count() >= n })
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if most != 1 {
+			t.Fatalf("%d calls ran at once under a cap of 1", most)
+		}
+		ins := asynq.NewInspectorFromRedisClient(client)
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Archived != 0 || info.Retry != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want nothing archived or retried", info, err)
+		}
+	})
+}
+
+// TestPoisonJobArchivedOthersFlow: a job that no slot can ever hold (its
+// cost is above its downstream's burst, as when the policy changed after
+// it was accepted) is archived with the reason, and the other tenants'
+// jobs run.
+func TestPoisonJobArchivedOthersFlow(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: "evil", Type: "call", Downstream: "api", Cost: 2, MaxRetry: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const n = 20
+		for range n {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: "good", Type: "call", Downstream: "api"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000, Burst: 1}}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		waitFor(t, 30*time.Second, "the good tenant's jobs to run", func() bool { return rec.count() >= n })
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the poison jobs to be archived", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return err == nil && info.Archived == 3
+		})
+		rec.mu.Lock()
+		for _, j := range rec.order {
+			if j.Tenant != "good" {
+				t.Errorf("the handler ran a job of tenant %q", j.Tenant)
+			}
+		}
+		rec.mu.Unlock()
+		tasks, err := ins.ListArchivedTasks(srv.cfg.Queue)
+		if err != nil || len(tasks) != 3 {
+			t.Fatalf("archived: %d, %v", len(tasks), err)
+		}
+		for _, task := range tasks {
+			if task.Retried != 0 || !strings.Contains(task.LastErr, "cost 2 with burst 1") {
+				t.Errorf("archived after %d retries with %q; want at once, with the reason", task.Retried, task.LastErr)
+			}
+		}
+	})
+}
+
+// TestCheckRefusesAtEnqueue: a job that Config.Check refuses is an
+// invalid job, and nothing is written.
+func TestCheckRefusesAtEnqueue(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 10)
+		cfg.Check = func(j *Job) error {
+			if j.Downstream != "api" {
+				return fmt.Errorf("unknown downstream %q", j.Downstream)
+			}
+			return nil
+		}
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "nope"})
+		if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), `unknown downstream "nope"`) {
+			t.Fatalf("refused job: %v; want ErrInvalidJob with the reason", err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api"}); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.Stats(context.Background()); err != nil || st.Depth != 1 {
+			t.Fatalf("stats %+v, %v; want depth 1", st, err)
+		}
+	})
+}
