@@ -51,6 +51,13 @@ type Config struct {
 	// Tenants returns a tenant's policy; nil admits every tenant with
 	// weight 1.
 	Tenants func(tenant string) TenantPolicy
+	// Check, when set, is asked about each job before it is admitted: an
+	// error refuses the job (wrapped in ErrInvalidJob) and nothing is
+	// written. Use it to refuse what the workers could never run, such as
+	// a downstream they do not know or a cost above its burst, at
+	// enqueue rather than archive it later. The policy file's
+	// Config.CheckJob is one.
+	Check func(job *Job) error
 	// Clock, when set, replaces the Redis server's clock in the scripts.
 	// Only for tests.
 	Clock func() time.Time
@@ -159,6 +166,14 @@ func newID() string { return randomHex(16) }
 func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if err := job.validate(p.cfg.MaxPayload); err != nil {
 		return Receipt{}, err
+	}
+	if p.cfg.Check != nil {
+		if err := p.cfg.Check(&job); err != nil {
+			if errors.Is(err, ErrInvalidJob) {
+				return Receipt{}, err
+			}
+			return Receipt{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
+		}
 	}
 	// An id the producer chooses is random and no other job's: the
 	// enqueue script does not record it for the duplicate check.

@@ -197,14 +197,16 @@ func (c *Config) TenantPolicy(id string) (Tenant, bool) {
 }
 
 // QueueConfig returns the queue's settings for queue.NewProducer and
-// queue.NewServer: its name and bounds, and each tenant's admission
-// policy, weight and class from the tenants section.
+// queue.NewServer: its name and bounds, each tenant's admission policy,
+// weight and class from the tenants section, and CheckJob, so that a job
+// these workers could never run is refused at enqueue.
 func (c *Config) QueueConfig() queue.Config {
 	return queue.Config{
 		Queue:       c.Queue.Name,
 		Bound:       c.Queue.Bound,
 		TenantBound: c.Queue.TenantBound,
 		MaxPayload:  int(c.Queue.MaxPayload),
+		Check:       c.CheckJob,
 		Tenants: func(id string) queue.TenantPolicy {
 			t, ok := c.TenantPolicy(id)
 			if !ok {

@@ -83,3 +83,32 @@ func TestBulkDuplicates(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want exit %d (invalid) and 3 duplicates", code, errs, ExitUsage)
 	}
 }
+
+// TestNeverRunnableRefused: a job the policy already rules out (an
+// unknown downstream, a cost above the downstream's burst, a sluice.http
+// URL outside its downstream's base_url) is refused with exit 2 and the
+// reason, and nothing is enqueued.
+func TestNeverRunnableRefused(t *testing.T) {
+	c := newCLI(t, 100)
+	if err := os.WriteFile(c.policy, []byte("queue:\n  name: cli\n  bound: 100\ndownstreams:\n  api: {rate: 50, burst: 1, base_url: http://127.0.0.1:9/api/}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tenant", "evil", "-type", "x", "-downstream", "nope"}, `unknown downstream "nope"`},
+		{[]string{"-tenant", "evil", "-type", "x", "-downstream", "api", "-cost", "2"}, `cost 2 exceeds downstream "api"'s burst of 1`},
+		{[]string{"-tenant", "evil", "-type", "sluice.http", "-downstream", "api", "-payload", `{"url":"http://127.0.0.1:9/admin"}`}, "no downstream's base_url covers"},
+		{[]string{"-tenant", "evil", "-type", "sluice.http", "-payload", `{"url":"http://127.0.0.1:9/api/x"}`}, "must name its downstream"},
+	} {
+		code, out, errs := c.run("", tt.args...)
+		if code != ExitUsage || out != "" || !strings.Contains(errs, tt.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d with %q", tt.args, code, out, errs, ExitUsage, tt.want)
+		}
+	}
+	code, out, _ := c.run("", "stats")
+	if code != ExitOK || !strings.Contains(out, "depth        0 of 100") {
+		t.Fatalf("stats: exit %d\n%s; want depth 0", code, out)
+	}
+}

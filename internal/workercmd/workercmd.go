@@ -209,16 +209,9 @@ func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 		Throttle: w.th,
 		Metrics:  m,
 		Resolve: func(job *queue.Job, rawURL string) (downstream.HTTPTarget, error) {
-			d, ok := w.cfg.Downstreams[job.Downstream]
-			if !ok {
-				return downstream.HTTPTarget{}, fmt.Errorf("downstream %q is not in the policy file", job.Downstream)
-			}
-			got, err := w.cfg.DownstreamFor(rawURL)
+			d, err := w.cfg.ResolveHTTP(job, rawURL)
 			if err != nil {
 				return downstream.HTTPTarget{}, err
-			}
-			if got.Name != d.Name {
-				return downstream.HTTPTarget{}, fmt.Errorf("the url belongs to downstream %q, not %q", got.Name, d.Name)
 			}
 			return downstream.HTTPTarget{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout}, nil
 		},

@@ -1,0 +1,77 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// ErrUnknownDownstream is wrapped by CheckJob's and ResolveHTTP's error
+// for a job that names a downstream the policy file does not have.
+var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
+
+// CheckJob refuses a job that the workers of this policy could never run,
+// so that the producer says so at enqueue instead of a worker archiving
+// the job later (queue.Config.Check; QueueConfig sets it):
+//
+//   - a downstream the file does not name;
+//   - a cost above its downstream's burst, which no slot can ever hold;
+//   - a built-in HTTP job without a url, or whose url no downstream's
+//     base_url covers, or that belongs to another downstream than the one
+//     it names.
+//
+// The tenant's own capacity is checked by the producer itself.
+func (c *Config) CheckJob(job *queue.Job) error {
+	if job.Type == downstream.HTTPJobType {
+		var req struct {
+			URL string `json:"url"`
+		}
+		if err := json.Unmarshal(job.Payload, &req); err != nil {
+			return fmt.Errorf("%s payload is not an HTTP request: %v", downstream.HTTPJobType, err)
+		}
+		if req.URL == "" {
+			return fmt.Errorf("%s payload: url is required", downstream.HTTPJobType)
+		}
+		if _, err := c.ResolveHTTP(job, req.URL); err != nil {
+			return err
+		}
+	}
+	if job.Downstream == "" {
+		return nil
+	}
+	d, ok := c.Downstreams[job.Downstream]
+	if !ok {
+		return fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
+	}
+	cost := max(job.Cost, 1)
+	if burst := max(d.Limit.Burst, 1); cost > burst {
+		return fmt.Errorf("cost %d exceeds downstream %q's burst of %d, so no slot could ever hold it: %w",
+			cost, d.Name, burst, algorithms.ErrCostExceedsCapacity)
+	}
+	return nil
+}
+
+// ResolveHTTP returns the downstream of a built-in HTTP job that calls
+// rawURL: the downstream the job names, which must be the one whose
+// base_url covers rawURL (DownstreamFor).
+func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (Downstream, error) {
+	if job.Downstream == "" {
+		return Downstream{}, fmt.Errorf("a %s job must name its downstream", downstream.HTTPJobType)
+	}
+	d, ok := c.Downstreams[job.Downstream]
+	if !ok {
+		return Downstream{}, fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
+	}
+	got, err := c.DownstreamFor(rawURL)
+	if err != nil {
+		return Downstream{}, err
+	}
+	if got.Name != d.Name {
+		return Downstream{}, fmt.Errorf("%w: the url belongs to downstream %q, not %q", ErrURLNotAllowed, got.Name, d.Name)
+	}
+	return d, nil
+}

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// TestCheckJob: what the policy already rules out is refused with a reason
+// that names it; what it allows passes.
+func TestCheckJob(t *testing.T) {
+	cfg := mustParse(t, doc(
+		"queue: {bound: 10}",
+		"downstreams:",
+		"  api: {rate: 10, burst: 3, base_url: http://a.com/api/}",
+		"  other: {rate: 10, base_url: http://b.com/}",
+		"  bare: {rate: 10}",
+	))
+	http := func(url string) []byte { return []byte(`{"method":"GET","url":"` + url + `"}`) }
+	tests := []struct {
+		name string
+		job  queue.Job
+		want string // "" to pass
+		is   error
+	}{
+		{"no downstream", queue.Job{Type: "x"}, "", nil},
+		{"known", queue.Job{Type: "x", Downstream: "api", Cost: 3}, "", nil},
+		{"unknown", queue.Job{Type: "x", Downstream: "nope"}, `unknown downstream "nope"`, ErrUnknownDownstream},
+		{"cost above burst", queue.Job{Type: "x", Downstream: "api", Cost: 4}, "cost 4 exceeds downstream \"api\"'s burst of 3", algorithms.ErrCostExceedsCapacity},
+		{"cost above the default burst", queue.Job{Type: "x", Downstream: "bare", Cost: 2}, "burst of 1", algorithms.ErrCostExceedsCapacity},
+		{"http ok", queue.Job{Type: "sluice.http", Downstream: "api", Payload: http("http://a.com/api/orders")}, "", nil},
+		{"http no downstream", queue.Job{Type: "sluice.http", Payload: http("http://a.com/api/orders")}, "must name its downstream", nil},
+		{"http outside base_url", queue.Job{Type: "sluice.http", Downstream: "api", Payload: http("http://evil.com/x")}, "no downstream's base_url covers", ErrURLNotAllowed},
+		{"http other downstream's url", queue.Job{Type: "sluice.http", Downstream: "api", Payload: http("http://b.com/x")}, `belongs to downstream "other", not "api"`, ErrURLNotAllowed},
+		{"http unknown downstream", queue.Job{Type: "sluice.http", Downstream: "nope", Payload: http("http://a.com/api/")}, "unknown downstream", ErrUnknownDownstream},
+		{"http no url", queue.Job{Type: "sluice.http", Downstream: "api", Payload: []byte(`{}`)}, "url is required", nil},
+		{"http not json", queue.Job{Type: "sluice.http", Downstream: "api", Payload: []byte(`GET /`)}, "payload is not an HTTP request", nil},
+	}
+	for _, tt := range tests {
+		err := cfg.CheckJob(&tt.job)
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: %v; want an error with %q", tt.name, err, tt.want)
+		case tt.is != nil && !errors.Is(err, tt.is):
+			t.Errorf("%s: %v does not wrap %v", tt.name, err, tt.is)
+		}
+	}
+	// QueueConfig hands the check to the producer.
+	if qc := cfg.QueueConfig(); qc.Check == nil {
+		t.Fatal("QueueConfig has no Check")
+	}
+}
