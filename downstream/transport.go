@@ -120,8 +120,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// Feedback reads resp's limits and pauses key when the downstream asks for
-// a pause. It returns the pause set (0 for none).
+// Feedback reads resp's limits and, when the downstream refused the call
+// or says its budget is spent, pauses key and steps its pace down
+// (throttle's Backoff). It returns the pause set (0 for none).
 func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Response) time.Duration {
 	backoff, maxPause := t.DefaultBackoff, t.MaxPause
 	if backoff <= 0 {
@@ -134,7 +135,7 @@ func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Respons
 	if d <= 0 {
 		return 0
 	}
-	if _, err := t.Throttle.Pause(context.WithoutCancel(ctx), key, t.Limit, d); err != nil && !errors.Is(err, throttle.ErrUnavailable) {
+	if _, err := t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d); err != nil && !errors.Is(err, throttle.ErrUnavailable) {
 		return 0
 	}
 	return d

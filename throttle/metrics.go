@@ -14,6 +14,8 @@ type Metrics struct {
 	wait         *prometheus.HistogramVec
 	pauses       *prometheus.CounterVec
 	leased       *prometheus.GaugeVec
+	rate         *prometheus.GaugeVec
+	slowdowns    *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (when not
@@ -23,6 +25,8 @@ type Metrics struct {
 //	sluice_throttle_wait_seconds{throttle}               time from reservation to slot, histogram
 //	sluice_throttle_pauses_total{throttle}               pauses set by this process
 //	sluice_throttle_concurrency_in_use{throttle}         leased slots at the last acquire
+//	sluice_throttle_rate{throttle}                       the fleet's adaptive pace now, units a second
+//	sluice_throttle_slowdowns_total{throttle}            steps down of the pace set by this process
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,9 +46,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sluice_throttle_concurrency_in_use",
 			Help: "Concurrency slots leased fleet-wide, as of this process's last acquire.",
 		}, []string{"throttle"}),
+		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_throttle_rate",
+			Help: "The fleet's pace now in units a second, as of this process's last reservation: the limit's rate times its adaptive share.",
+		}, []string{"throttle"}),
+		slowdowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_throttle_slowdowns_total",
+			Help: "Steps down of the fleet's pace set by this process after the downstream refused a call.",
+		}, []string{"throttle"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.reservations, m.wait, m.pauses, m.leased)
+		reg.MustRegister(m.reservations, m.wait, m.pauses, m.leased, m.rate, m.slowdowns)
 	}
 	return m
 }
@@ -84,5 +96,17 @@ func (m *Metrics) paused(name string) {
 func (m *Metrics) inUse(name string, n int64) {
 	if m != nil {
 		m.leased.WithLabelValues(name).Set(float64(n))
+	}
+}
+
+func (m *Metrics) paced(c compiled, share float64) {
+	if m != nil {
+		m.rate.WithLabelValues(c.name).Set(float64(c.rl) / float64(c.pr) * 1e6 * share)
+	}
+}
+
+func (m *Metrics) slowed(name string) {
+	if m != nil {
+		m.slowdowns.WithLabelValues(name).Inc()
 	}
 }

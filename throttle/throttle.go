@@ -271,9 +271,15 @@ type Reservation struct {
 	// the in-process fallback.
 	Local bool
 
+	// Share is the part of the Limit's rate the fleet paced this slot at,
+	// from 0 to 1: below 1 after the downstream refused calls (Backoff),
+	// climbing back to 1 over time.
+	Share float64
+
 	key     string
 	n       int64
 	a, f    int64 // the bucket's TAT after this reservation, to cancel it
+	pr      int64 // the interval's numerator it was paced at (compile.pr at full share)
 	queued  bool  // booked on Redis: a and f are set
 	booked  time.Time
 	compile compiled
@@ -293,7 +299,7 @@ type Reservation struct {
 func (r Reservation) before(end int64) bool {
 	c := r.compile
 	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
-	return (r.a-end+1)*c.rl+r.f-c.burst*c.pr <= 0
+	return (r.a-end+1)*c.rl+r.f-c.burst*r.pr <= 0
 }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
@@ -356,7 +362,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		if unreachable(err) && t.fallback > 0 {
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
 			r := t.local.reserve(key, c, n, book, now)
-			r.key, r.n, r.booked, r.compile = key, n, now, c
+			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.fallback
 			t.metrics.reserved(c.name, r, true)
 			return r, nil
 		}
@@ -366,14 +372,15 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		}
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: %w", err)
 	}
-	if len(v) != 6 {
+	if len(v) != 8 {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
 	r := Reservation{
 		OK:     v[0] == 1,
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
-		key:    key, n: n, a: v[4], f: v[5], booked: booked, compile: c,
+		Share:  float64(v[7]) / shareFull,
+		key:    key, n: n, a: v[4], f: v[5], pr: v[6], booked: booked, compile: c,
 		queued: book && v[0] == 1,
 	}
 	if !r.OK {
@@ -382,6 +389,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	}
 	if book {
 		t.metrics.reserved(c.name, r, false)
+		t.metrics.paced(c, r.Share)
 	}
 	return r, nil
 }
@@ -400,7 +408,7 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	}
 	c := r.compile
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k},
-		c.args[0], c.args[1], r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]).Int()
+		c.args[0], r.pr, r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]).Int()
 	if err != nil {
 		return false, fmt.Errorf("sluice: throttle cancel: %w", err)
 	}
@@ -482,12 +490,33 @@ func (t *Throttle) sleepUntil(ctx context.Context, r Reservation, due time.Time)
 	}
 }
 
-// Pause stops every worker from starting a call on key for d (a 429 or
-// 503 with Retry-After). A longer pause already set is kept. When it ends,
-// calls resume at lim's pace, one interval apart. The pause is announced
-// to this process's waiters at once, and to other processes' through Redis
-// pub/sub when they subscribe.
+// Pause stops every worker from starting a call on key for d. A longer
+// pause already set is kept. When it ends, calls resume at the key's
+// pace, one interval apart. The pause is announced to this process's
+// waiters at once, and to other processes' through Redis pub/sub when
+// they subscribe. To answer a refusal from the downstream, use Backoff.
 func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
+	return t.pause(ctx, key, lim, d, false)
+}
+
+// Backoff is the fleet's answer to a refusal (a 429 or 503 with
+// Retry-After) or to a downstream that says its budget is nearly spent:
+// it pauses key for d, as Pause does, and steps the key's shared rate
+// down, so that the fleet stops provoking refusals. The share of lim's
+// rate the fleet paces at drops to 95% of what it was, and the ceiling
+// it climbs back to (2% of the rate a second) to 98%; the ceiling itself
+// creeps back to the whole rate at 1% a minute. Refusals within d of a
+// step (the other calls in flight when the first came back) do not step
+// again. A fleet told the API's documented quota thus settles just under
+// what the API really allows (docs/throttle.md, Adaptive pacing).
+func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
+	return t.pause(ctx, key, lim, d, true)
+}
+
+// shareFull is the whole rate in the scripts' basis points.
+const shareFull = 10000
+
+func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Duration, slow bool) (time.Duration, error) {
 	c, err := lim.compile()
 	if err != nil {
 		return 0, err
@@ -500,7 +529,11 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, nil
 	}
 	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now()).Int64Slice()
+	flag := "0"
+	if slow {
+		flag = "1"
+	}
+	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now(), flag).Int64Slice()
 	if err != nil {
 		if unreachable(err) {
 			// Nobody can take a slot from Redis now anyway; pause what
@@ -512,9 +545,13 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 		}
 		return 0, fmt.Errorf("sluice: throttle pause: %w", err)
 	}
-	if len(v) != 2 {
+	if len(v) != 4 {
 		return 0, fmt.Errorf("sluice: throttle pause: unexpected reply of %d values", len(v))
 	}
+	if v[3] == 1 {
+		t.metrics.slowed(c.name)
+	}
+	t.metrics.paced(c, float64(v[2])/shareFull)
 	// The end is kept on the scripts' clock, to compare with the slots
 	// decided there; the host's clock only says when to forget it.
 	remaining, end := time.Duration(v[0])*time.Microsecond, v[1]

@@ -120,7 +120,7 @@ func (p *offsetPacer) waitOnce(ctx context.Context) (offsetTiming, error) {
 	if err != nil {
 		return tm, err
 	}
-	if len(v) != 6 {
+	if len(v) != 8 {
 		return tm, fmt.Errorf("reserve: %d values", len(v))
 	}
 	if v[0] != 1 {
