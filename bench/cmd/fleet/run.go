@@ -296,6 +296,7 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	if err != nil {
 		return nil, err
 	}
+	t0 = time.Now()
 	workers := make([]*child, c.workers)
 	for i := range workers {
 		w, err := startChild(fmt.Sprintf("worker %d", i+1), filepath.Join(e.dir, fmt.Sprintf("%s-worker-%d.log", c.name, i+1)), e.worker,
@@ -314,7 +315,7 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 		}
 	}
 	begin := time.Now()
-	e.logf("%s: %d workers up in %v; running for %v", c.name, c.workers, begin.Sub(t0).Round(time.Millisecond), c.duration)
+	e.logf("%s: %d workers started in %v; running for %v", c.name, c.workers, begin.Sub(t0).Round(time.Millisecond), c.duration)
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
