@@ -122,8 +122,6 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 		return
-	case "/healthz":
-		return
 	}
 	if len(r.URL.Path) < 5 || r.URL.Path[:5] != "/api/" {
 		http.NotFound(w, r)
