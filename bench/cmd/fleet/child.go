@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// child is a process the benchmark started: a worker, the API or the busy
+// loops. Its standard output and error go to a log file, line by line
+// through a watcher that can wait for a line.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	out  *lineWatch
+	logf *os.File
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
+}
+
+// startChild starts bin with args in its own process group, its output in
+// logPath.
+func startChild(name, logPath, bin string, args ...string) (*child, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	c := &child{name: name, cmd: exec.Command(bin, args...), logf: f, done: make(chan struct{})}
+	c.out = &lineWatch{w: f}
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	c.cmd.SysProcAttr = childAttr()
+	if err := spawn(c.cmd); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		f.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// exited reports whether the process has exited.
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitLine waits for an output line holding want and returns it.
+func (c *child) waitLine(ctx context.Context, want string, limit time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	ch := c.out.watch(want)
+	select {
+	case line := <-ch:
+		return line, nil
+	case <-c.done:
+		// The line may have come just before the exit.
+		select {
+		case line := <-ch:
+			return line, nil
+		default:
+		}
+		return "", fmt.Errorf("%s exited (%v) before printing %q; its output:\n%s", c.name, c.err, want, c.tail())
+	case <-ctx.Done():
+		return "", fmt.Errorf("%s printed no %q within %v: %w; its output:\n%s", c.name, want, limit, ctx.Err(), c.tail())
+	}
+}
+
+// stop sends SIGTERM and waits up to grace for the exit, then kills the
+// process group. It returns the exit status, or an error saying it had to
+// kill.
+func (c *child) stop(grace time.Duration) error {
+	if c.exited() {
+		return c.err
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+		return c.err
+	case <-time.After(grace):
+	}
+	killGroup(c.cmd.Process.Pid)
+	<-c.done
+	return fmt.Errorf("%s: no exit %v after SIGTERM; killed", c.name, grace)
+}
+
+// kill kills the process group at once and waits for the exit.
+func (c *child) kill() {
+	if !c.exited() {
+		killGroup(c.cmd.Process.Pid)
+	}
+	<-c.done
+}
+
+// tail is the end of the process's output.
+func (c *child) tail() string { return c.out.tail() }
+
+// lineWatch passes output on to w, keeps its last few KiB, and hands the
+// first line that holds a watched string to whoever asked for it.
+type lineWatch struct {
+	w *os.File
+
+	mu      sync.Mutex
+	partial []byte // the current line so far
+	last    []byte // the end of the output
+	waiters []lineWaiter
+}
+
+type lineWaiter struct {
+	want string
+	ch   chan string
+}
+
+const keepTail = 4 << 10
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = append(l.last, p...)
+	if len(l.last) > 2*keepTail {
+		l.last = append([]byte(nil), l.last[len(l.last)-keepTail:]...)
+	}
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		kept := l.waiters[:0]
+		for _, w := range l.waiters {
+			if strings.Contains(line, w.want) {
+				w.ch <- line
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		l.waiters = kept
+	}
+	return l.w.Write(p)
+}
+
+// watch returns a channel that receives the first line that holds want:
+// one among the output kept so far, or else the first written from now
+// on.
+func (l *lineWatch) watch(want string) <-chan string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ch := make(chan string, 1)
+	done := l.last[:max(0, len(l.last)-len(l.partial))] // the complete lines kept
+	for line := range strings.Lines(string(done)) {
+		if strings.Contains(line, want) {
+			ch <- strings.TrimSuffix(line, "\n")
+			return ch
+		}
+	}
+	l.waiters = append(l.waiters, lineWaiter{want: want, ch: ch})
+	return ch
+}
+
+func (l *lineWatch) tail() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.last
+	if len(s) > keepTail {
+		s = s[len(s)-keepTail:]
+	}
+	return string(s)
+}
+
+// children are the processes running now, so that they can all be killed
+// on the way out, whatever the path.
+type children struct {
+	mu   sync.Mutex
+	list []*child
+}
+
+func (cs *children) add(c *child) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.list = append(cs.list, c)
+}
+
+// killAll kills every child still running.
+func (cs *children) killAll() {
+	cs.mu.Lock()
+	list := cs.list
+	cs.list = nil
+	cs.mu.Unlock()
+	for _, c := range list {
+		c.kill()
+	}
+}
