@@ -96,3 +96,34 @@ func TestPauseDoesNotSlow(t *testing.T) {
 		}
 	})
 }
+
+// TestLateSlotLeftAsAGap: a caller that wakes more than half an interval
+// (at least 5 ms) after its slot does not use it, since its call would
+// bunch with the calls on time after it; it books again. A slot that was
+// due at once is used however late the caller gets to it.
+func TestLateSlotLeftAsAGap(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		th := newThrottle(t, client, nil, nil)
+		ctx := context.Background()
+		lim := Limit{Rate: 10, MaxWait: time.Hour} // 100 ms apart
+		first, err := th.Reserve(ctx, "api", lim, 1)
+		if err != nil || !first.OK || first.Delay != 0 {
+			t.Fatalf("first: %+v, %v", first, err)
+		}
+		second, err := th.Reserve(ctx, "api", lim, 1)
+		if err != nil || !second.OK || second.Delay == 0 {
+			t.Fatalf("second: %+v, %v", second, err)
+		}
+		if second.maxLate() != 50*ms {
+			t.Fatalf("maxLate %v, want 50ms", second.maxLate())
+		}
+		// The process stalls: its clock reads a second later when it wakes.
+		th.hostNow = func() time.Time { return time.Now().Add(time.Second) }
+		if ok, err := th.Await(ctx, second); ok || err != nil {
+			t.Fatalf("a slot 900 ms late: used %v, %v; want left as a gap", ok, err)
+		}
+		if ok, err := th.Await(ctx, first); !ok || err != nil {
+			t.Fatalf("a slot due at once, a second late: used %v, %v; want used", ok, err)
+		}
+	})
+}

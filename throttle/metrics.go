@@ -110,3 +110,9 @@ func (m *Metrics) slowed(name string) {
 		m.slowdowns.WithLabelValues(name).Inc()
 	}
 }
+
+func (m *Metrics) late(name string) {
+	if m != nil {
+		m.reservations.WithLabelValues(name, "late").Inc()
+	}
+}

@@ -461,8 +461,21 @@ func (t *Throttle) await(ctx context.Context, r Reservation) (bool, error) {
 	if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
 		return false, nil
 	}
+	if r.queued && r.Delay > 0 && t.hostNow().Sub(due) > r.maxLate() {
+		// Woken too late to use the slot without bunching with the
+		// calls on time after it: leave it as a gap and book again.
+		t.metrics.late(r.compile.name)
+		return false, nil
+	}
 	t.metrics.waited(r.compile.name, t.hostNow().Sub(r.booked))
 	return true, nil
+}
+
+// maxLate is how late a slot may still be used: half of Burst paced
+// intervals, and at least 5 ms.
+func (r Reservation) maxLate() time.Duration {
+	c := r.compile
+	return max(time.Duration(c.burst*r.pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
 }
 
 // sleepUntil sleeps until due, r's slot on the host's clock, waking early
