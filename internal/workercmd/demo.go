@@ -23,9 +23,12 @@ import (
 // -redis is given), a fake downstream that enforces a quota and answers 429
 // above it, producers for four tenants enqueueing faster than the quota,
 // and two workers draining through the shared throttle. Every second it
-// prints the downstream's calls against its quota and the 429s (there are
-// none).
+// prints the downstream's calls against its quota and the 429s. It exits
+// 0 when the API refused no call after the first demoSettle (a fleet
+// paced at exactly the quota may draw one refusal while it learns the
+// API's real limit), and otherwise says why it exits 1.
 func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stdout, "sluice demo: starting (an embedded Redis unless -redis is given, a fake API, two workers)...")
 	if o.demoFor > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.demoFor)
@@ -82,7 +85,7 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last := 0
+	last, settled := 0, 0
 	fmt.Fprintf(stdout, "%5s  %12s  %6s  %11s  %9s  %14s\n", "time", "calls/s", "429s", "queue depth", "admitted", "refused (rate)")
 loop:
 	for {
@@ -92,6 +95,9 @@ loop:
 		case <-tick.C:
 		}
 		c := fake.Counts()
+		if time.Since(start) <= demoSettle+500*time.Millisecond {
+			settled = c.Limited
+		}
 		st, _ := workers[0].producer.Stats(context.Background())
 		fmt.Fprintf(stdout, "%4.0fs  %4d / %4d  %6d  %11d  %9d  %14d\n",
 			time.Since(start).Seconds(), c.Total-last, quota, c.Limited, st.Depth, admitted.Load(), refused.Load())
@@ -104,11 +110,20 @@ loop:
 	c := fake.Counts()
 	elapsed := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "\n%d calls in %.0fs (%.1f/s against a quota of %d/s), %d refused by the API with 429.\n", c.Total, elapsed, float64(c.Total)/elapsed, quota, c.Limited)
-	if c.Limited > 0 {
+	if late := c.Limited - settled; late > 0 {
+		fmt.Fprintf(stderr, "sluice demo: FAILED: the API refused %d calls after the first %v; the fleet should have learned its limit by then.\n", late, demoSettle)
+		return 1
+	}
+	if c.Total == 0 {
+		fmt.Fprintln(stderr, "sluice demo: FAILED: no call reached the API.")
 		return 1
 	}
 	return 0
 }
+
+// demoSettle is how long the demo gives the fleet to learn the API's
+// limit before a 429 counts as a failure.
+const demoSettle = 5 * time.Second
 
 // produce enqueues HTTP jobs for tenant at about rate per second.
 func produce(ctx context.Context, p *queue.Producer, tenant string, rate int64, base string, admitted, refused, full *atomic.Int64) {

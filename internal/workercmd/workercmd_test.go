@@ -156,3 +156,14 @@ func TestWorkerRetention(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestDemoRuns: the demo says at once that it starts, reaches the fake
+// API, and exits 0 with its summary (3 s: all within the time it gives the
+// fleet to learn the API's limit).
+func TestDemoRuns(t *testing.T) {
+	var out, errb strings.Builder
+	code := Main(context.Background(), []string{"-demo", "-demo-duration", "3s", "-demo-quota", "20"}, &out, &errb)
+	if code != 0 || !strings.HasPrefix(out.String(), "sluice demo: starting") || !strings.Contains(out.String(), "refused by the API with 429") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+}
