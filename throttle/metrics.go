@@ -21,7 +21,7 @@ type Metrics struct {
 // NewMetrics creates the collectors and registers them with reg (when not
 // nil):
 //
-//	sluice_throttle_reservations_total{throttle,result}  result: granted, too_far, local, error
+//	sluice_throttle_reservations_total{throttle,result}  result: granted, too_far, local, late, error
 //	sluice_throttle_wait_seconds{throttle}               time from reservation to slot, histogram
 //	sluice_throttle_pauses_total{throttle}               pauses set by this process
 //	sluice_throttle_concurrency_in_use{throttle}         leased slots at the last acquire
@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttle_reservations_total",
-			Help: "Slot reservations by outcome: granted, too_far (beyond the allowed wait: an overflow), local (granted by the in-process fallback), error.",
+			Help: "Slot reservations by outcome: granted, too_far (beyond the allowed wait: an overflow), local (granted by the in-process fallback), late (woken too late to use it: left as a gap), error.",
 		}, []string{"throttle", "result"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_throttle_wait_seconds",
