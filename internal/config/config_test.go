@@ -452,14 +452,13 @@ func TestAliasBomb(t *testing.T) {
 		for i := range 100 {
 			fmt.Fprintf(&b, "  t%d: %s\n", i, use)
 		}
-		p := newParser(0)
-		p.budget = 10_000
-		if cfg := p.document([]byte(b.String())); cfg != nil && len(p.errs) == 0 {
+		cfg, errs := decode([]byte(b.String()), 10_000)
+		if cfg != nil || len(errs) == 0 {
 			t.Fatalf("%s: parsed", use)
 		}
 		want := "the file is too large once its aliases and merge keys are expanded"
-		if len(p.errs) != 1 || p.errs[0].Msg != want {
-			t.Errorf("%s: %d problems, first %v; want only %q", use, len(p.errs), p.errs[0], want)
+		if len(errs) != 1 || errs[0].Msg != want {
+			t.Errorf("%s: %d problems, first %v; want only %q", use, len(errs), errs[0], want)
 		}
 	}
 }
