@@ -528,8 +528,7 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// TestDocsExample parses every YAML block of docs/policy.md and the
-// example of the package documentation.
+// TestDocsExample parses every YAML block of docs/policy.md.
 func TestDocsExample(t *testing.T) {
 	md, err := os.ReadFile("../../docs/policy.md")
 	if err != nil {
@@ -574,31 +573,6 @@ func TestDocsExample(t *testing.T) {
 		}
 	}
 
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var example []string
-	in := false
-	for _, line := range strings.Split(string(src), "\n") {
-		switch {
-		case line == "// # Example":
-			in = true
-		case in && strings.HasPrefix(line, "// # "):
-			in = false
-		case in && strings.HasPrefix(line, "//\t"):
-			example = append(example, strings.TrimPrefix(line, "//\t"))
-		case in && line == "//":
-			example = append(example, "")
-		}
-	}
-	if len(example) < 10 {
-		t.Fatalf("no example found in doc.go (%d lines)", len(example))
-	}
-	cfg := mustParse(t, []byte(strings.Join(example, "\n")))
-	if cfg.Downstreams["shopify"].Limit.Burst != 40 || cfg.Tenants["acme"].Weight != 2 {
-		t.Errorf("doc.go example parsed to %+v", cfg)
-	}
 }
 
 // TestAgreesWithQueue checks that the limits shared with package queue
