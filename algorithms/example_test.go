@@ -2,6 +2,7 @@ package algorithms_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,5 +76,13 @@ func ExampleNewRedis() {
 func ExamplePolicy_Validate() {
 	err := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 0, Period: time.Second}.Validate()
 	fmt.Println(err)
-	// Output: sluice: invalid policy: limit: must be at least 1, got 0
+	var fe *algorithms.FieldError
+	if errors.As(err, &fe) {
+		fmt.Printf("field %s: %s\n", fe.Field, fe.Msg)
+	}
+	fmt.Println(errors.Is(err, algorithms.ErrInvalidPolicy))
+	// Output:
+	// sluice: invalid policy: limit: must be at least 1, got 0
+	// field limit: must be at least 1, got 0
+	// true
 }

@@ -64,12 +64,31 @@ func (p Policy) String() string {
 	return s
 }
 
-func policyErr(field, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalidPolicy, field, fmt.Sprintf(format, args...))
+// FieldError is the error of Validate, NewLocal and NewRedis for a policy
+// that is not valid: which field is wrong and why. It unwraps to
+// ErrInvalidPolicy.
+type FieldError struct {
+	// Field is the field at fault, in lower case: "algorithm", "limit",
+	// "period" or "burst".
+	Field string
+	// Msg says what is wrong, such as "must be at least 1, got 0".
+	Msg string
 }
 
-// Validate reports the first thing wrong with p, naming the field. The
-// error wraps ErrInvalidPolicy.
+// Error returns "sluice: invalid policy: field: message".
+func (e *FieldError) Error() string {
+	return ErrInvalidPolicy.Error() + ": " + e.Field + ": " + e.Msg
+}
+
+// Unwrap returns ErrInvalidPolicy.
+func (e *FieldError) Unwrap() error { return ErrInvalidPolicy }
+
+func policyErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first thing wrong with p as a *FieldError, which
+// wraps ErrInvalidPolicy.
 func (p Policy) Validate() error {
 	_, err := compile(p)
 	return err

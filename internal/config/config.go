@@ -175,12 +175,11 @@ func readError(path string, err error) error {
 
 func parse(data []byte, file string) (*Config, error) {
 	if len(data) > MaxFileSize {
-		return nil, ErrorList{{Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}}.finish(file, 0)
+		return nil, ErrorList{{Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}}.finish(file)
 	}
-	p := newParser(len(data))
-	cfg := p.document(data)
-	if len(p.errs) > 0 {
-		return nil, p.errs.finish(file, p.dropped)
+	cfg, errs := decode(data, max(nodeBudget, 2*len(data)))
+	if len(errs) > 0 {
+		return nil, errs.finish(file)
 	}
 	return cfg, nil
 }

@@ -207,6 +207,38 @@ func TestMergeKeys(t *testing.T) {
 	}
 }
 
+// manyKeys returns n flow-mapping entries, k0: 1, k1: 1, ...
+func manyKeys(n int) string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d: 1", i)
+	}
+	return strings.Join(keys, ", ")
+}
+
+// TestMergeSections checks merge keys in the root and in the tenants
+// mapping itself: whole sections and entries merged, own keys winning.
+func TestMergeSections(t *testing.T) {
+	cfg := mustParse(t, doc(
+		"<<: {queue: {bound: 3}}",
+		"tenants:",
+		"  <<: [{a: {weight: 2}, z: {weight: 5}}, {z: {weight: 6}}]",
+		"  a: {weight: 4}",
+		"  b: {<<: [{weight: 7}, {weight: 8, class: gold}], <<: {class: free}}",
+	))
+	if cfg.Queue.Bound != 3 {
+		t.Errorf("Bound = %d, want 3 from the merged queue section", cfg.Queue.Bound)
+	}
+	for id, w := range map[string]int{"a": 4, "z": 5, "b": 7} {
+		if tn := cfg.Tenants[id]; tn.Weight != w {
+			t.Errorf("tenant %s: weight %d, want %d", id, tn.Weight, w)
+		}
+	}
+	if c := cfg.Tenants["b"].Class; c != "gold" {
+		t.Errorf("tenant b: class %q, want gold (the first merge key's)", c)
+	}
+}
+
 func TestTenantPolicy(t *testing.T) {
 	var empty Config
 	if _, ok := empty.TenantPolicy("x"); ok {
@@ -344,6 +376,14 @@ func TestErrors(t *testing.T) {
 
 		{"merge itself", doc("queue: &q", "  <<: *q", "  bound: 1"), []string{"line 2:7: queue: a merge key (<<) merges a mapping into itself"}},
 		{"merge scalar", doc("queue:", "  <<: 5", "  bound: 1"), []string{"line 2:7: queue: a merge key (<<) takes a mapping or a list of mappings, got the number 5"}},
+		{"merge brings unknown deeper", doc(q, "tenants:", "  a: {weight: 1}", "  y: {<<: {<<: {limt: 3}}}"), []string{"line 4:17: tenants.y.limt: unknown field; did you mean \"limit\"?"}},
+		{"merge brings null", doc("queue: {<<: {bound: ~}}"), []string{"line 1:21: queue.bound: has no value"}},
+		{"merge brings duplicate", doc(q, "tenants:", "  y: {<<: {weight: 2, weight: 3}}"), []string{"line 3:23: tenants.y.weight: defined twice in a merged mapping: first at line 3, again at line 3"}},
+		{"merge too many keys", doc(q, "tenants:", "  y: {<<: {"+manyKeys(1001)+"}}"), []string{"line 3:11: tenants.y: a merge key (<<) may bring in at most 1000 keys, got 1001"}},
+		{"alias contains itself", doc("queue: &q {bound: 1, x: *q}"), []string{"line 1:25: queue.x: an alias names a mapping or list that contains it"}},
+		{"bound 2^62", doc("queue:", "  bound: 4611686018427387904"), []string{"line 2:10: queue.bound: must be at most 1099511627776, got 4611686018427387904"}},
+		{"limit beyond int64", doc(q, "tenants:", "  a: {algorithm: gcra, limit: 9223372036854775808, period: 1s}"), []string{"line 3:31: tenants.a.limit: 9223372036854775808 is out of range"}},
+		{"tenant_bound exponent", doc("queue:", "  bound: 10", "  tenant_bound: 1e3"), []string{"line 3:17: queue.tenant_bound: must be a whole number in decimal digits, got 1e3"}},
 		{"merge brings unknown", doc(q, "tenants:", "  a: &a {algorithm: gcra, limit: 1, period: 1s}", "  b: {<<: [*a, {limt: 3}]}"), []string{"line 4:17: tenants.b.limt: unknown field"}},
 		{"several problems in order", doc(
 			"queue:",
@@ -452,14 +492,13 @@ func TestAliasBomb(t *testing.T) {
 		for i := range 100 {
 			fmt.Fprintf(&b, "  t%d: %s\n", i, use)
 		}
-		p := newParser(0)
-		p.budget = 10_000
-		if cfg := p.document([]byte(b.String())); cfg != nil && len(p.errs) == 0 {
+		cfg, errs := decode([]byte(b.String()), 10_000)
+		if cfg != nil || len(errs) == 0 {
 			t.Fatalf("%s: parsed", use)
 		}
 		want := "the file is too large once its aliases and merge keys are expanded"
-		if len(p.errs) != 1 || p.errs[0].Msg != want {
-			t.Errorf("%s: %d problems, first %v; want only %q", use, len(p.errs), p.errs[0], want)
+		if len(errs) != 1 || errs[0].Msg != want {
+			t.Errorf("%s: %d problems, first %v; want only %q", use, len(errs), errs[0], want)
 		}
 	}
 }
@@ -529,8 +568,7 @@ func TestLoad(t *testing.T) {
 	}
 }
 
-// TestDocsExample parses every YAML block of docs/policy.md and the
-// example of the package documentation.
+// TestDocsExample parses every YAML block of docs/policy.md.
 func TestDocsExample(t *testing.T) {
 	md, err := os.ReadFile("../../docs/policy.md")
 	if err != nil {
@@ -575,31 +613,6 @@ func TestDocsExample(t *testing.T) {
 		}
 	}
 
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var example []string
-	in := false
-	for _, line := range strings.Split(string(src), "\n") {
-		switch {
-		case line == "// # Example":
-			in = true
-		case in && strings.HasPrefix(line, "// # "):
-			in = false
-		case in && strings.HasPrefix(line, "//\t"):
-			example = append(example, strings.TrimPrefix(line, "//\t"))
-		case in && line == "//":
-			example = append(example, "")
-		}
-	}
-	if len(example) < 10 {
-		t.Fatalf("no example found in doc.go (%d lines)", len(example))
-	}
-	cfg := mustParse(t, []byte(strings.Join(example, "\n")))
-	if cfg.Downstreams["shopify"].Limit.Burst != 40 || cfg.Tenants["acme"].Weight != 2 {
-		t.Errorf("doc.go example parsed to %+v", cfg)
-	}
 }
 
 // TestAgreesWithQueue checks that the limits shared with package queue

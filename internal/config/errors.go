@@ -88,15 +88,15 @@ func (l ErrorList) Unwrap() []error {
 }
 
 // finish sorts the problems by place, caps them at MaxErrors and names the
-// file in each. dropped counts problems found but not kept.
-func (l ErrorList) finish(file string, dropped int) ErrorList {
+// file in each.
+func (l ErrorList) finish(file string) ErrorList {
 	sort.SliceStable(l, func(i, j int) bool {
 		if l[i].Line != l[j].Line {
 			return l[i].Line < l[j].Line
 		}
 		return l[i].Column < l[j].Column
 	})
-	if more := len(l) - MaxErrors + dropped; more > 0 {
+	if more := len(l) - MaxErrors; more > 0 {
 		l = append(l[:min(len(l), MaxErrors):min(len(l), MaxErrors)], &Error{Msg: fmt.Sprintf("%d more problems not shown", more)})
 	}
 	for _, e := range l {

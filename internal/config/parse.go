@@ -5,31 +5,46 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/throttle"
 )
 
+// A policy file is read in two steps. The YAML library decodes it into the
+// structs below (file, queueFile, downstreamFile, tenantFile), whose values
+// are small types that keep where they are written and what is wrong with
+// them; then a checker turns those into a Config, reporting every problem
+// with its place and field path.
+//
+// The library reports unknown fields and duplicate keys as text with a line
+// but no column or field, and gives up on a mapping with a duplicate key;
+// each mapping therefore looks at its own keys first (mapping.pairs) and
+// hands the library only the ones it knows, once each.
+
+// Bounds on the work of decoding, so that a small file of aliases cannot
+// make it slow. The library has a bound of its own ("excessive aliasing"),
+// but it counts within one decoder, and each entry here is decoded by its
+// own.
 const (
-	// nodeBudget bounds the key-value pairs visited, aliases and merge
-	// keys expanded, so that a small file of aliases cannot make parsing
-	// slow. A file of more bytes than this gets one step per byte: every
-	// pair written out takes several bytes.
+	// nodeBudget is the most nodes a document may have once its aliases
+	// and merge keys are expanded. A larger file gets two per byte: a
+	// file without aliases never needs that many.
 	nodeBudget = 1_000_000
-	// maxMergeDepth bounds merge keys that merge mappings that merge.
-	maxMergeDepth = 8
-	// maxCollected bounds the problems kept while parsing.
-	maxCollected = 1000
+	// maxMergedKeys bounds the keys of a mapping that a merge key (<<)
+	// brings in: the library compares each key of it with every other.
+	maxMergedKeys = 1000
 )
 
-// Field names of each section, in the order of the documentation.
+// Field names of each part of the file, in the order of the documentation.
 var (
 	topFields        = []string{"queue", "downstreams", "tenants"}
 	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload", "retention"}
@@ -37,266 +52,600 @@ var (
 	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight", "class"}
 )
 
-type parser struct {
-	errs     ErrorList
-	seen     map[string]bool // problems already reported
-	dropped  int             // problems not kept, beyond maxCollected
-	budget   int
-	overflow bool
+// file is a policy file as written.
+type file struct {
+	mapping     `yaml:"-"`
+	Queue       *queueFile              `yaml:"queue"`
+	Downstreams entries[downstreamFile] `yaml:"downstreams"`
+	Tenants     entries[tenantFile]     `yaml:"tenants"`
+	Unknown     map[string]yaml.Node    `yaml:",inline"`
+
+	budget int  // nodeBudget, or less in tests
+	found  bool // the document is not empty or null
 }
 
-func newParser(size int) *parser {
-	return &parser{budget: max(nodeBudget, size), seen: map[string]bool{}}
-}
-
-// add records a problem at n (which may be nil).
-func (p *parser) add(n *yaml.Node, field string, cause error, format string, args ...any) {
-	if p.overflow {
-		return
-	}
-	if len(p.errs) >= maxCollected {
-		p.dropped++
-		return
-	}
-	p.keep(n, field, cause, format, args...)
-}
-
-// keep records a problem even beyond maxCollected.
-func (p *parser) keep(n *yaml.Node, field string, cause error, format string, args ...any) {
-	e := &Error{Field: field, Msg: fmt.Sprintf(format, args...), Err: cause}
-	if n != nil {
-		e.Line, e.Column = n.Line, n.Column
-	}
-	if e.Line == 0 {
-		e.Line = 1
-	}
-	id := fmt.Sprintf("%d:%d:%s:%s", e.Line, e.Column, e.Field, e.Msg)
-	if p.seen[id] {
-		return
-	}
-	p.seen[id] = true
-	p.errs = append(p.errs, e)
-}
-
-// spend takes one step of the budget; false once it is spent.
-func (p *parser) spend(n *yaml.Node) bool {
-	if p.budget > 0 {
-		p.budget--
-		return true
-	}
-	if !p.overflow {
-		// The rest of the problems would be noise: report this one alone.
-		p.overflow = true
-		p.errs, p.dropped = nil, 0
-		p.keep(n, "", nil, "the file is too large once its aliases and merge keys are expanded")
-	}
-	return false
-}
-
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// document parses data as one YAML document and walks it.
-func (p *parser) document(data []byte) *Config {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	err := dec.Decode(&doc)
-	if err != nil && !errors.Is(err, io.EOF) {
-		p.yamlError(err)
+// UnmarshalYAML decodes the document's root node, once its aliases are
+// known to expand to a reasonable size.
+func (f *file) UnmarshalYAML(n *yaml.Node) error {
+	f.found = true
+	x := expansion{limit: f.budget, sizes: map[*yaml.Node]int{}, open: map[*yaml.Node]bool{}}
+	if x.size(n, false); x.problem != nil {
+		f.skip = true
+		f.issues = append(f.issues, *x.problem)
 		return nil
 	}
-	if err == nil {
-		var next yaml.Node
-		switch err := dec.Decode(&next); {
-		case errors.Is(err, io.EOF):
-		case err != nil:
-			p.yamlError(err)
-			return nil
-		default:
-			at := &next
-			if len(next.Content) > 0 {
-				at = next.Content[0]
-			}
-			p.add(at, "", nil, "a policy file holds one YAML document; remove the second one (after ---)")
-			return nil
-		}
+	type plain file
+	f.decode(n, (*plain)(f), &f.Unknown, topFields)
+	return nil
+}
+
+// queueFile is the queue section as written.
+type queueFile struct {
+	mapping     `yaml:"-"`
+	Name        text                 `yaml:"name"`
+	Bound       integer              `yaml:"bound"`
+	TenantBound integer              `yaml:"tenant_bound"`
+	Prefetch    integer              `yaml:"prefetch"`
+	MaxPayload  size                 `yaml:"max_payload"`
+	Retention   duration             `yaml:"retention"`
+	Unknown     map[string]yaml.Node `yaml:",inline"`
+}
+
+// UnmarshalYAML decodes the queue section.
+func (q *queueFile) UnmarshalYAML(n *yaml.Node) error {
+	type plain queueFile
+	q.decode(n, (*plain)(q), &q.Unknown, queueFields)
+	return nil
+}
+
+// downstreamFile is one entry of the downstreams section as written.
+type downstreamFile struct {
+	mapping     `yaml:"-"`
+	BaseURL     text                 `yaml:"base_url"`
+	Rate        integer              `yaml:"rate"`
+	Per         duration             `yaml:"per"`
+	Burst       integer              `yaml:"burst"`
+	MaxWait     duration             `yaml:"max_wait"`
+	Concurrency integer              `yaml:"concurrency"`
+	Lease       duration             `yaml:"lease"`
+	PerTenant   boolean              `yaml:"per_tenant"`
+	Timeout     duration             `yaml:"timeout"`
+	Unknown     map[string]yaml.Node `yaml:",inline"`
+}
+
+// UnmarshalYAML decodes one downstream.
+func (d *downstreamFile) UnmarshalYAML(n *yaml.Node) error {
+	type plain downstreamFile
+	d.decode(n, (*plain)(d), &d.Unknown, downstreamFields)
+	return nil
+}
+
+// tenantFile is one entry of the tenants section as written.
+type tenantFile struct {
+	mapping   `yaml:"-"`
+	Algorithm text                 `yaml:"algorithm"`
+	Limit     integer              `yaml:"limit"`
+	Period    duration             `yaml:"period"`
+	Burst     integer              `yaml:"burst"`
+	Weight    integer              `yaml:"weight"`
+	Class     text                 `yaml:"class"`
+	Unknown   map[string]yaml.Node `yaml:",inline"`
+}
+
+// UnmarshalYAML decodes one tenant.
+func (t *tenantFile) UnmarshalYAML(n *yaml.Node) error {
+	type plain tenantFile
+	t.decode(n, (*plain)(t), &t.Unknown, tenantFields)
+	return nil
+}
+
+// entries is a mapping from names to T, in the order of the file, with
+// where each name is written.
+type entries[T any] struct {
+	mapping
+	list []entry[T]
+}
+
+type entry[T any] struct {
+	name string
+	at   spot // the key
+	val  T
+}
+
+// UnmarshalYAML decodes each entry; the entries that merge keys bring in
+// come after the file's own, and only for names it does not have.
+func (e *entries[T]) UnmarshalYAML(n *yaml.Node) error {
+	own, sources := e.pairs(n)
+	for _, p := range own {
+		ent := entry[T]{name: p.name, at: spotOf(p.key)}
+		e.decodeNode(p.val, &ent.val)
+		e.list = append(e.list, ent)
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = root.Content[0]
-	}
-	if root.Kind == 0 || isNull(deref(root)) {
-		p.add(&yaml.Node{Line: 1}, "queue.bound", nil, "required; the file is empty or null")
+	if len(sources) == 0 {
 		return nil
 	}
-	return p.config(root)
+	var merged map[string]T
+	e.decodeNode(withMerge(&yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}, sources), &merged)
+	for _, name := range slices.Sorted(maps.Keys(merged)) {
+		k, ok := e.keys[name]
+		if ok && !k.merged {
+			continue
+		}
+		if !ok {
+			k.key = e.at
+		}
+		e.list = append(e.list, entry[T]{name: name, at: k.key, val: merged[name]})
+	}
+	return nil
 }
 
-func (p *parser) yamlError(err error) {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	n := &yaml.Node{}
-	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-		if l, convErr := strconv.Atoi(m[1]); convErr == nil {
-			n.Line = l
-			msg = m[2]
-		}
-	}
-	p.add(n, "", err, "not valid YAML: %s", msg)
+// spot is where a node is written: line and column, from 1.
+type spot struct{ line, col int }
+
+func spotOf(n *yaml.Node) spot { return spot{n.Line, n.Column} }
+
+// issue is a problem found while decoding. Its field is relative to the
+// mapping that found it (see under).
+type issue struct {
+	at    spot
+	field string
+	msg   string
 }
 
-func (p *parser) config(root *yaml.Node) *Config {
-	cfg := &Config{Downstreams: map[string]Downstream{}, Tenants: map[string]Tenant{}}
-	pairs, ok := p.mapping(root, "")
-	if !ok {
-		return nil
-	}
-	var queueKey *yaml.Node
-	for _, kv := range pairs {
-		switch kv.name {
-		case "queue":
-			queueKey = kv.key
-			cfg.Queue = p.queue(kv.key, kv.val)
-		case "downstreams":
-			p.downstreams(kv.val, cfg.Downstreams)
-		case "tenants":
-			p.tenants(kv.val, cfg.Tenants)
-		default:
-			p.unknown(kv, "", topFields)
-		}
-	}
-	if queueKey == nil {
-		at := root
-		if at.Line == 0 {
-			at = &yaml.Node{Line: 1}
-		}
-		p.add(at, "queue.bound", nil, "required; the file has no queue section")
-	}
-	return cfg
+// mapping is what each decoded mapping keeps besides its fields: where it
+// and its keys are written, and the problems found in its keys.
+type mapping struct {
+	at     spot
+	keys   map[string]keyAt
+	issues []issue
+	skip   bool // not decoded: not a mapping, or too large once expanded
 }
 
-// pair is one key of a mapping with its value.
+// keyAt is where a key and its value are written. merged marks a key that
+// a merge key (<<) brings in.
+type keyAt struct {
+	key, val spot
+	merged   bool
+}
+
+// pair is one key of a mapping, with its value.
 type pair struct {
-	key, val *yaml.Node
 	name     string
+	key, val *yaml.Node
 }
 
-// deref follows an alias to the node it names.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 4; i++ {
-		n = n.Alias
+func (m *mapping) add(at spot, field, format string, args ...any) {
+	m.issues = append(m.issues, issue{at, field, fmt.Sprintf(format, args...)})
+}
+
+// pairs checks the keys of n. It returns the pairs whose keys are plain,
+// usable and given once, and the mappings that n's merge keys (<<) bring
+// in, leaving out those with a key that the library would refuse. It
+// notes where every key is written, also those that merge keys bring in.
+func (m *mapping) pairs(n *yaml.Node) (own []pair, sources []*yaml.Node) {
+	m.at, m.keys = spotOf(n), map[string]keyAt{}
+	if n.Kind != yaml.MappingNode {
+		m.skip = true
+		m.add(m.at, "", "must be a mapping of keys to values, got %s", describe(n))
+		return nil, nil
+	}
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if isMerge(k) {
+			merges = append(merges, v)
+			continue
+		}
+		name, ok := m.keyName(k)
+		if !ok {
+			continue
+		}
+		if prev, dup := m.keys[name]; dup {
+			m.add(spotOf(k), join("", name), "defined twice: first at line %d, again at line %d", prev.key.line, k.Line)
+			continue
+		}
+		m.keys[name] = keyAt{key: spotOf(k), val: spotOf(v)}
+		own = append(own, pair{name, k, v})
+	}
+	for _, v := range merges {
+		srcs, _ := m.mergeSources(v)
+		for _, src := range srcs {
+			keys := map[string]keyAt{}
+			if !m.merged(src, keys) {
+				continue
+			}
+			sources = append(sources, src)
+			for name, k := range keys {
+				if _, seen := m.keys[name]; !seen {
+					m.keys[name] = k
+				}
+			}
+		}
+	}
+	return own, sources
+}
+
+// merged notes in keys where the keys of src, a mapping that a merge key
+// brings in, are written, and those of the mappings it merges in turn (the
+// document has no merge cycles: expansion refuses them). It reports
+// whether all their keys and merge keys are usable.
+func (m *mapping) merged(src *yaml.Node, keys map[string]keyAt) bool {
+	ok := true
+	lines := map[string]int{}
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(src.Content); i += 2 {
+		k, v := src.Content[i], src.Content[i+1]
+		if isMerge(k) {
+			merges = append(merges, v)
+			continue
+		}
+		name, good := m.keyName(k)
+		switch {
+		case !good:
+			ok = false
+		case lines[name] > 0:
+			m.add(spotOf(k), join("", name), "defined twice in a merged mapping: first at line %d, again at line %d", lines[name], k.Line)
+			ok = false
+		default:
+			lines[name] = k.Line
+			if _, seen := keys[name]; !seen {
+				keys[name] = keyAt{key: spotOf(k), val: spotOf(v), merged: true}
+			}
+		}
+	}
+	for _, v := range merges {
+		srcs, good := m.mergeSources(v)
+		ok = ok && good
+		for _, s := range srcs {
+			ok = m.merged(s, keys) && ok
+		}
+	}
+	return ok
+}
+
+// mergeSources returns the mappings that the value of a merge key names:
+// a mapping, or a list of them, each perhaps an alias. ok is false when
+// the value names anything else.
+func (m *mapping) mergeSources(v *yaml.Node) (out []*yaml.Node, ok bool) {
+	items, where := []*yaml.Node{v}, ""
+	if d := deref(v); d.Kind == yaml.SequenceNode {
+		items, where = d.Content, " in the list"
+	}
+	ok = true
+	for _, it := range items {
+		if d := deref(it); d.Kind == yaml.MappingNode {
+			out = append(out, d)
+		} else {
+			m.add(spotOf(it), "", "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(d), where)
+			ok = false
+		}
+	}
+	return out, ok
+}
+
+// keyName returns the text of a mapping key.
+func (m *mapping) keyName(k *yaml.Node) (string, bool) {
+	v := deref(k)
+	switch {
+	case v.Kind != yaml.ScalarNode:
+		m.add(spotOf(k), "", "keys must be plain values, got %s", describe(v))
+	case v.ShortTag() == "!!null":
+		m.add(spotOf(k), "", "a key must not be null (quote it to use %q)", v.Value)
+	case !standardTag(v):
+		m.add(spotOf(k), "", "unsupported tag %s on a key", v.ShortTag())
+	default:
+		return v.Value, true
+	}
+	return "", false
+}
+
+// decode decodes the mapping n into v, which points to a struct whose
+// fields are named by known and which has an inline map, *unknown, for the
+// keys that are not. The library sees only the known keys and the merge
+// keys: n's own unknown keys are reported here, and those that merge keys
+// bring in once the library has put them into *unknown.
+func (m *mapping) decode(n *yaml.Node, v any, unknown *map[string]yaml.Node, known []string) {
+	own, sources := m.pairs(n)
+	if m.skip {
+		return
+	}
+	clean := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: n.Line, Column: n.Column}
+	for _, p := range own {
+		if slices.Contains(known, p.name) {
+			clean.Content = append(clean.Content, p.key, p.val)
+		} else {
+			m.unknown(p.name, spotOf(p.key), known)
+		}
+	}
+	m.decodeNode(withMerge(clean, sources), v)
+	for name, val := range *unknown {
+		k, ok := m.keys[name]
+		switch {
+		case ok && !k.merged:
+			continue // reported above
+		case !ok:
+			k.key = spotOf(&val)
+		}
+		m.unknown(name, k.key, known)
+	}
+}
+
+// unknown reports a key that is none of known, suggesting the closest.
+func (m *mapping) unknown(name string, at spot, known []string) {
+	if s := suggest(name, known); s != "" {
+		m.add(at, join("", name), "unknown field; did you mean %q?", s)
+		return
+	}
+	m.add(at, join("", name), "unknown field; expected one of %s", strings.Join(known, ", "))
+}
+
+// decodeNode decodes n into v with the library, keeping its complaints.
+// With the keys checked beforehand and values that take any node, what is
+// left for it to refuse lies in the mappings that merge keys bring in.
+func (m *mapping) decodeNode(n *yaml.Node, v any) {
+	err := n.Decode(v)
+	var te *yaml.TypeError
+	switch {
+	case errors.As(err, &te):
+		for _, msg := range te.Errors {
+			m.add(m.at, "", "%s", msg)
+		}
+	case err != nil:
+		m.add(m.at, "", "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+}
+
+var mergeKey = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!merge", Value: "<<"}
+
+// withMerge adds to the mapping n one merge key for all of sources.
+func withMerge(n *yaml.Node, sources []*yaml.Node) *yaml.Node {
+	if len(sources) > 0 {
+		n.Content = append(n.Content, mergeKey, &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: sources})
 	}
 	return n
 }
 
-func isNull(n *yaml.Node) bool {
-	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge"
 }
 
-// mapping returns the pairs of the mapping n: its own keys in the order of
-// the file, then the keys its merge keys (<<) bring in that it does not
-// have. A null n is an empty mapping. It reports keys that are not
-// scalars, duplicate keys, and an n that is not a mapping (then ok is
-// false).
-func (p *parser) mapping(n *yaml.Node, field string) (pairs []pair, ok bool) {
-	v := deref(n)
-	if v == nil || isNull(v) {
-		return nil, true
+// deref follows an alias to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		return n.Alias
 	}
-	if v.Kind != yaml.MappingNode {
-		p.add(n, field, nil, "must be a mapping of keys to values, got %s", describe(v))
-		return nil, false
-	}
-	mc := &mergeCollector{seen: map[string]*yaml.Node{}, done: map[*yaml.Node]bool{v: true}}
-	p.collect(v, field, mc, []*yaml.Node{v})
-	return mc.pairs, true
+	return n
 }
 
-// mergeCollector gathers the pairs of one mapping and of the mappings it
-// merges.
-type mergeCollector struct {
-	pairs []pair
-	seen  map[string]*yaml.Node // keys gathered so far
-	done  map[*yaml.Node]bool   // mappings gathered already: merging one again adds nothing
+// expansion measures a document with its aliases expanded. It stops at the
+// first alias that names a node containing it, at the first merge key that
+// brings in more than maxMergedKeys keys, and once the size passes limit.
+type expansion struct {
+	limit   int
+	sizes   map[*yaml.Node]int  // anchored nodes measured
+	open    map[*yaml.Node]bool // anchored nodes being measured
+	path    []string            // the keys leading to the node measured
+	problem *issue
 }
 
-// collect adds the pairs of m whose keys are not yet seen. path holds the
-// mappings being collected, m last: m and those that merge it.
-func (p *parser) collect(m *yaml.Node, field string, mc *mergeCollector, path []*yaml.Node) {
-	depth := len(path) - 1
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		if !p.spend(k) {
-			return
-		}
-		kd := deref(k)
-		if kd != nil && kd.Kind == yaml.ScalarNode && kd.ShortTag() == "!!merge" {
-			merges = append(merges, v)
-			continue
-		}
-		name, ok := p.keyName(k, field)
-		if !ok {
-			continue
-		}
-		if prev, dup := mc.seen[name]; dup {
-			if depth == 0 {
-				p.add(k, join(field, name), nil, "defined twice: first at line %d, again at line %d", prev.Line, k.Line)
+// size returns the number of nodes of n expanded; merge tells that n is
+// the value of a merge key.
+func (x *expansion) size(n *yaml.Node, merge bool) int {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		if x.open[n.Alias] {
+			if merge {
+				x.fail(n, "a merge key (<<) merges a mapping into itself")
+			} else {
+				x.fail(n, "an alias names a mapping or list that contains it")
 			}
-			continue
+			return 0
 		}
-		mc.seen[name] = k
-		mc.pairs = append(mc.pairs, pair{key: k, val: v, name: name})
+		n = n.Alias
 	}
-	for _, mv := range merges {
-		if depth >= maxMergeDepth {
-			p.add(mv, field, nil, "merge keys (<<) nested more than %d deep", maxMergeDepth)
-			return
+	if merge {
+		items := []*yaml.Node{n}
+		if n.Kind == yaml.SequenceNode {
+			items = n.Content
 		}
-		src := deref(mv)
-		var maps []*yaml.Node
-		switch {
-		case src != nil && src.Kind == yaml.MappingNode:
-			maps = append(maps, src)
-		case src != nil && src.Kind == yaml.SequenceNode:
-			for _, it := range src.Content {
-				if d := deref(it); d != nil && d.Kind == yaml.MappingNode {
-					maps = append(maps, d)
-				} else {
-					p.add(it, field, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s in the list", describe(d))
-				}
+		for _, it := range items {
+			if keys := len(deref(it).Content) / 2; deref(it).Kind == yaml.MappingNode && keys > maxMergedKeys {
+				x.fail(it, fmt.Sprintf("a merge key (<<) may bring in at most %d keys, got %d", maxMergedKeys, keys))
+				return 0
 			}
-		default:
-			p.add(mv, field, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s", describe(src))
-		}
-		for _, sm := range maps {
-			if slices.Contains(path, sm) {
-				p.add(mv, field, nil, "a merge key (<<) merges a mapping into itself")
-				continue
-			}
-			if mc.done[sm] {
-				continue
-			}
-			mc.done[sm] = true
-			p.collect(sm, field, mc, append(path[:len(path):len(path)], sm))
 		}
 	}
+	if s, ok := x.sizes[n]; ok {
+		return s
+	}
+	if n.Anchor != "" {
+		x.open[n] = true
+	}
+	total := 1
+	for i, c := range n.Content {
+		mergeValue := false
+		if n.Kind == yaml.MappingNode && i%2 == 1 {
+			k := n.Content[i-1]
+			if mergeValue = isMerge(k); !mergeValue {
+				x.path = append(x.path, deref(k).Value)
+			}
+		}
+		total = min(total+x.size(c, mergeValue || merge && n.Kind == yaml.SequenceNode), x.limit+1)
+		if n.Kind == yaml.MappingNode && i%2 == 1 && !mergeValue {
+			x.path = x.path[:len(x.path)-1]
+		}
+		if x.problem == nil && total > x.limit {
+			x.fail(c, "the file is too large once its aliases and merge keys are expanded")
+		}
+		if x.problem != nil {
+			return total
+		}
+	}
+	if n.Anchor != "" {
+		delete(x.open, n)
+		x.sizes[n] = total
+	}
+	return total
 }
 
-// keyName returns the text of a mapping key.
-func (p *parser) keyName(k *yaml.Node, field string) (string, bool) {
-	v := deref(k)
-	if v == nil || v.Kind != yaml.ScalarNode {
-		p.add(k, field, nil, "keys must be plain values, got %s", describe(v))
-		return "", false
+func (x *expansion) fail(n *yaml.Node, msg string) {
+	if x.problem != nil {
+		return
 	}
-	if isNull(v) {
-		p.add(k, field, nil, "a key must not be null (quote it to use %q)", v.Value)
-		return "", false
+	field := ""
+	for _, k := range x.path {
+		field = join(field, k)
 	}
-	if !standardTag(v) {
-		p.add(k, field, nil, "unsupported tag %s on a key", v.ShortTag())
-		return "", false
+	x.problem = &issue{at: spotOf(n), field: field, msg: msg}
+}
+
+// leaf is what each value keeps besides the value: where it is written,
+// whether it is, and why it cannot be used, if it cannot.
+type leaf struct {
+	at  spot
+	set bool
+	bad string
+}
+
+// scalar notes n's place; it reports whether n is a single value with a
+// standard tag. (The library does not call UnmarshalYAML for null values:
+// the checker finds them by their keys.)
+func (l *leaf) scalar(n *yaml.Node) bool {
+	l.at, l.set = spotOf(n), true
+	switch {
+	case n.Kind != yaml.ScalarNode:
+		l.bad = "must be a single value, got " + describe(n)
+	case !standardTag(n):
+		l.bad = "unsupported tag " + n.ShortTag()
 	}
-	return v.Value, true
+	return l.bad == ""
+}
+
+// text is a value taken as written: strings, and values that YAML would
+// read as numbers or booleans alike.
+type text struct {
+	leaf
+	v    string
+	desc string // describe's, for messages
+}
+
+// UnmarshalYAML reads a single value.
+func (t *text) UnmarshalYAML(n *yaml.Node) error {
+	if t.scalar(n) {
+		t.v, t.desc = n.Value, describe(n)
+	}
+	return nil
+}
+
+// integer is a whole number written in decimal digits.
+type integer struct {
+	leaf
+	v int64
+}
+
+// UnmarshalYAML reads a whole number, refusing the forms that YAML reads
+// in other bases or as floats.
+func (i *integer) UnmarshalYAML(n *yaml.Node) error {
+	if !i.scalar(n) {
+		return nil
+	}
+	if tag := n.ShortTag(); tag != "!!int" && tag != "!!float" {
+		i.bad = "must be a whole number, got " + describe(n)
+		return nil
+	}
+	var err error
+	if i.v, err = parseDecimal(n.Value); err != nil {
+		i.bad = err.Error()
+	}
+	return nil
+}
+
+// duration is a Go duration string ("1s", "500ms", "1m30s"), not negative.
+type duration struct {
+	leaf
+	v time.Duration
+}
+
+// UnmarshalYAML reads a duration; a number without a unit is refused.
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	if !d.scalar(n) {
+		return nil
+	}
+	s := strings.TrimSpace(n.Value)
+	hasUnit := strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) >= 0
+	switch v, err := time.ParseDuration(s); {
+	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float":
+		d.bad = fmt.Sprintf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
+	case !hasUnit:
+		d.bad = "a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n)
+	case err != nil:
+		d.bad = "must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n)
+	case v < 0:
+		d.bad = "must not be negative, got " + v.String()
+	default:
+		d.v = v
+	}
+	return nil
+}
+
+// size is a number of bytes: a whole number, or one with a B, KiB or MiB
+// suffix.
+type size struct {
+	leaf
+	v    int64  // math.MaxInt64 when larger
+	text string // as written
+}
+
+var sizePattern = regexp.MustCompile(`^([0-9][0-9_]*) ?(B|KiB|MiB)?$`)
+
+// UnmarshalYAML reads a size.
+func (s *size) UnmarshalYAML(n *yaml.Node) error {
+	if !s.scalar(n) {
+		return nil
+	}
+	s.text = n.Value
+	digits, shift := n.Value, 0
+	switch n.ShortTag() {
+	case "!!int":
+	case "!!str":
+		m := sizePattern.FindStringSubmatch(strings.TrimSpace(n.Value))
+		if m == nil {
+			s.bad = "must be a size such as 65536, 512KiB or 1MiB, got " + describe(n)
+			return nil
+		}
+		digits, shift = m[1], map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20}[m[2]]
+	default:
+		s.bad = "must be a size such as 65536, 512KiB or 1MiB, got " + describe(n)
+		return nil
+	}
+	v, err := parseDecimal(digits)
+	switch {
+	case err != nil:
+		s.bad = err.Error()
+	case v > math.MaxInt64>>shift:
+		s.v = math.MaxInt64
+	default:
+		s.v = v << shift
+	}
+	return nil
+}
+
+// boolean is true or false.
+type boolean struct {
+	leaf
+	v bool
+}
+
+// UnmarshalYAML reads a boolean: YAML's true and false, not yes or on.
+func (b *boolean) UnmarshalYAML(n *yaml.Node) error {
+	if !b.scalar(n) {
+		return nil
+	}
+	if n.ShortTag() != "!!bool" {
+		b.bad = "must be true or false, got " + describe(n)
+		return nil
+	}
+	b.v = strings.EqualFold(n.Value, "true")
+	return nil
 }
 
 func standardTag(v *yaml.Node) bool {
@@ -307,21 +656,68 @@ func standardTag(v *yaml.Node) bool {
 	return false
 }
 
-// unknown reports a key that is not one of want.
-func (p *parser) unknown(kv pair, field string, want []string) {
-	if p.overflow {
-		return
+// parseDecimal reads an optionally signed decimal integer, with optional
+// underscores between digits.
+func parseDecimal(s string) (int64, error) {
+	bad := func(why string) error {
+		q := s
+		if len(q) > 40 {
+			q = q[:40] + "…"
+		}
+		return fmt.Errorf("must be a whole number in decimal digits, got %s%s", q, why)
 	}
-	if len(p.errs) >= maxCollected {
-		p.dropped++
-		return
+	t := s
+	sign := ""
+	if t != "" && (t[0] == '+' || t[0] == '-') {
+		sign, t = t[:1], t[1:]
 	}
-	f := join(field, kv.name)
-	if s := suggest(kv.name, want); s != "" {
-		p.add(kv.key, f, nil, "unknown field; did you mean %q?", s)
-		return
+	if t == "" {
+		return 0, bad("")
 	}
-	p.add(kv.key, f, nil, "unknown field; expected one of %s", strings.Join(want, ", "))
+	digits := make([]byte, 0, len(t))
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c >= '0' && c <= '9':
+			digits = append(digits, c)
+		case c == '_' && i > 0 && i < len(t)-1 && t[i-1] != '_':
+		default:
+			return 0, bad("")
+		}
+	}
+	if len(digits) > 1 && digits[0] == '0' {
+		return 0, bad(" (a leading zero would make YAML read it as octal; remove it)")
+	}
+	i, err := strconv.ParseInt(sign+string(digits), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s is out of range", s)
+	}
+	return i, nil
+}
+
+// describe names what a node is, for error messages.
+func describe(v *yaml.Node) string {
+	switch v.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	s := v.Value
+	if len(s) > 40 {
+		s = strings.ToValidUTF8(s[:40], "") + "…"
+	}
+	switch v.ShortTag() {
+	case "!!null":
+		return "null"
+	case "!!str":
+		return "the string " + strconv.Quote(s)
+	case "!!int", "!!float":
+		return "the number " + s
+	case "!!bool":
+		return s
+	}
+	return strconv.Quote(s) + " (" + v.ShortTag() + ")"
 }
 
 // suggest returns the field of want closest to name, if it is close.
@@ -380,245 +776,159 @@ func join(field, key string) string {
 	return field + "[" + strconv.Quote(q) + "]"
 }
 
-// describe names what a node is, for error messages.
-func describe(v *yaml.Node) string {
-	if v == nil {
-		return "nothing"
-	}
-	switch v.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.DocumentNode:
-		return "a document"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	s := v.Value
-	if len(s) > 40 {
-		s = strings.ToValidUTF8(s[:40], "") + "…"
-	}
-	switch v.ShortTag() {
-	case "!!null":
-		return "null"
-	case "!!str":
-		return "the string " + strconv.Quote(s)
-	case "!!int", "!!float":
-		return "the number " + s
-	case "!!bool":
-		return s
-	}
-	return strconv.Quote(s) + " (" + v.ShortTag() + ")"
-}
-
-// scalar returns the single value n, or reports why it is not one.
-func (p *parser) scalar(n *yaml.Node, field string) (*yaml.Node, bool) {
-	v := deref(n)
+// under puts rel, a path made by join from "", under path.
+func under(path, rel string) string {
 	switch {
-	case v == nil || v.Kind != yaml.ScalarNode:
-		p.add(n, field, nil, "must be a single value, got %s", describe(v))
-		return nil, false
-	case isNull(v):
-		p.add(n, field, nil, "has no value")
-		return nil, false
-	case !standardTag(v):
-		p.add(n, field, nil, "unsupported tag %s", v.ShortTag())
-		return nil, false
+	case rel == "":
+		return path
+	case path == "" || rel[0] == '[':
+		return path + rel
 	}
-	return v, true
+	return path + "." + rel
 }
 
-// text returns a value as it is written (strings, and values that YAML
-// would read as numbers or booleans alike).
-func (p *parser) text(n *yaml.Node, field string) (string, bool) {
-	v, ok := p.scalar(n, field)
-	if !ok {
-		return "", false
-	}
-	return v.Value, true
-}
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// integer returns a whole number written in decimal digits.
-func (p *parser) integer(n *yaml.Node, field string) (int64, bool) {
-	v, ok := p.scalar(n, field)
-	if !ok {
-		return 0, false
+// decode reads data, one YAML document, into a Config. budget bounds the
+// nodes of the document with its aliases expanded.
+func decode(data []byte, budget int) (*Config, ErrorList) {
+	c := &checker{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	f := &file{budget: budget}
+	if err := dec.Decode(f); err != nil && !errors.Is(err, io.EOF) {
+		c.yamlError(err)
+		return nil, c.errs
 	}
-	if v.ShortTag() != "!!int" && v.ShortTag() != "!!float" {
-		p.add(n, field, nil, "must be a whole number, got %s", describe(v))
-		return 0, false
-	}
-	i, err := parseDecimal(v.Value)
-	if err != nil {
-		p.add(n, field, nil, "%v", err)
-		return 0, false
-	}
-	return i, true
-}
-
-// parseDecimal reads an optionally signed decimal integer, with optional
-// underscores between digits.
-func parseDecimal(s string) (int64, error) {
-	bad := func(why string) error {
-		q := s
-		if len(q) > 40 {
-			q = q[:40] + "…"
-		}
-		return fmt.Errorf("must be a whole number in decimal digits, got %s%s", q, why)
-	}
-	t := s
-	sign := ""
-	if t != "" && (t[0] == '+' || t[0] == '-') {
-		sign, t = t[:1], t[1:]
-	}
-	if t == "" {
-		return 0, bad("")
-	}
-	digits := make([]byte, 0, len(t))
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case c >= '0' && c <= '9':
-			digits = append(digits, c)
-		case c == '_' && i > 0 && i < len(t)-1 && t[i-1] != '_':
-		default:
-			return 0, bad("")
-		}
-	}
-	if len(digits) > 1 && digits[0] == '0' {
-		return 0, bad(" (a leading zero would make YAML read it as octal; remove it)")
-	}
-	i, err := strconv.ParseInt(sign+string(digits), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s is out of range", s)
-	}
-	return i, nil
-}
-
-// intRange returns an integer between lo and hi.
-func (p *parser) intRange(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
-	i, ok := p.integer(n, field)
-	if !ok {
-		return 0, false
-	}
-	switch {
-	case i < lo:
-		p.add(n, field, nil, "must be at least %d, got %d", lo, i)
-		return 0, false
-	case i > hi:
-		p.add(n, field, nil, "must be at most %d, got %d", hi, i)
-		return 0, false
-	}
-	return i, true
-}
-
-// duration returns a Go duration string ("1s", "500ms", "1m30s"), not
-// negative.
-func (p *parser) duration(n *yaml.Node, field string) (time.Duration, bool) {
-	v, ok := p.scalar(n, field)
-	if !ok {
-		return 0, false
-	}
-	if v.ShortTag() == "!!int" || v.ShortTag() == "!!float" {
-		p.add(n, field, nil, "a duration needs a unit, such as %q or %q; got %s", v.Value+"s", v.Value+"ms", describe(v))
-		return 0, false
-	}
-	s := strings.TrimSpace(v.Value)
-	if strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) < 0 {
-		p.add(n, field, nil, "a duration needs a unit, such as \"10s\" or \"500ms\"; got %s", describe(v))
-		return 0, false
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		p.add(n, field, nil, "must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got %s", describe(v))
-		return 0, false
-	}
-	if d < 0 {
-		p.add(n, field, nil, "must not be negative, got %s", d)
-		return 0, false
-	}
-	return d, true
-}
-
-// durationRange returns a duration between lo and hi.
-func (p *parser) durationRange(n *yaml.Node, field string, lo, hi time.Duration) (time.Duration, bool) {
-	d, ok := p.duration(n, field)
-	if !ok {
-		return 0, false
-	}
-	if d < lo || d > hi {
-		p.add(n, field, nil, "must be between %s and %s, got %s", lo, hi, d)
-		return 0, false
-	}
-	return d, true
-}
-
-// boolean returns true or false.
-func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
-	v, ok := p.scalar(n, field)
-	if !ok {
-		return false, false
-	}
-	if v.ShortTag() != "!!bool" {
-		p.add(n, field, nil, "must be true or false, got %s", describe(v))
-		return false, false
-	}
-	b, err := strconv.ParseBool(v.Value)
-	if err != nil { // YAML 1.1 spellings (True, TRUE, ...) that ParseBool does not know
-		b = strings.EqualFold(v.Value, "true")
-	}
-	return b, true
-}
-
-var sizePattern = regexp.MustCompile(`^([0-9][0-9_]*) ?(B|KiB|MiB)?$`)
-
-// size returns a number of bytes: a whole number, or one with a B, KiB or
-// MiB suffix.
-func (p *parser) size(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
-	v, ok := p.scalar(n, field)
-	if !ok {
-		return 0, false
-	}
-	var bytes int64
-	switch v.ShortTag() {
-	case "!!int":
-		i, err := parseDecimal(v.Value)
-		if err != nil {
-			p.add(n, field, nil, "%v", err)
-			return 0, false
-		}
-		bytes = i
-	case "!!str":
-		m := sizePattern.FindStringSubmatch(strings.TrimSpace(v.Value))
-		if m == nil {
-			p.add(n, field, nil, "must be a size such as 65536, 512KiB or 1MiB, got %s", describe(v))
-			return 0, false
-		}
-		i, err := parseDecimal(m[1])
-		if err != nil {
-			p.add(n, field, nil, "%v", err)
-			return 0, false
-		}
-		shift := map[string]uint{"": 0, "B": 0, "KiB": 10, "MiB": 20}[m[2]]
-		if i > hi>>shift {
-			p.add(n, field, nil, "must be at most %s, got %s", formatSize(hi), v.Value)
-			return 0, false
-		}
-		bytes = i << shift
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		c.yamlError(err)
+		return nil, c.errs
 	default:
-		p.add(n, field, nil, "must be a size such as 65536, 512KiB or 1MiB, got %s", describe(v))
+		at := &next
+		if len(next.Content) > 0 {
+			at = next.Content[0]
+		}
+		c.add(spotOf(at), "", nil, "a policy file holds one YAML document; remove the second one (after ---)")
+		return nil, c.errs
+	}
+	if !f.found {
+		c.add(spot{line: 1}, "queue.bound", nil, "required; the file is empty or null")
+		return nil, c.errs
+	}
+	cfg := c.config(f)
+	if len(c.errs) > 0 {
+		return nil, c.errs
+	}
+	return cfg, nil
+}
+
+// checker turns a decoded file into a Config, collecting its problems.
+type checker struct {
+	errs ErrorList
+}
+
+func (c *checker) add(at spot, field string, cause error, format string, args ...any) {
+	c.errs = append(c.errs, &Error{Line: max(at.line, 1), Column: at.col, Field: field, Msg: fmt.Sprintf(format, args...), Err: cause})
+}
+
+func (c *checker) yamlError(err error) {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	at := spot{}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		if l, convErr := strconv.Atoi(m[1]); convErr == nil {
+			at.line, msg = l, m[2]
+		}
+	}
+	c.add(at, "", err, "not valid YAML: %s", msg)
+}
+
+// mapping reports the problems m found in its keys, its fields being
+// under path; false when m has no fields to check.
+func (c *checker) mapping(m *mapping, path string) bool {
+	for _, is := range m.issues {
+		c.add(is.at, under(path, is.field), nil, "%s", is.msg)
+	}
+	return !m.skip
+}
+
+// section checks the values of one mapping.
+type section struct {
+	c    *checker
+	m    *mapping
+	path string
+}
+
+// value reports why the value of key name cannot be used, if it cannot;
+// false also when the key is absent.
+func (s section) value(name string, l *leaf) bool {
+	switch {
+	case l.bad != "":
+		s.c.add(l.at, join(s.path, name), nil, "%s", l.bad)
+	case !l.set:
+		if k, ok := s.m.keys[name]; ok {
+			s.c.add(k.val, join(s.path, name), nil, "has no value")
+		}
+	default:
+		return true
+	}
+	return false
+}
+
+// has reports whether the mapping has key name, usable or not.
+func (s section) has(name string) bool {
+	_, ok := s.m.keys[name]
+	return ok
+}
+
+func (s section) text(name string, v *text) (string, bool) {
+	return v.v, s.value(name, &v.leaf)
+}
+
+func (s section) boolean(name string, v *boolean) (bool, bool) {
+	return v.v, s.value(name, &v.leaf)
+}
+
+func (s section) integer(name string, v *integer, lo, hi int64) (int64, bool) {
+	if !s.value(name, &v.leaf) {
 		return 0, false
 	}
 	switch {
-	case bytes < lo:
-		p.add(n, field, nil, "must be at least %s, got %s", formatSize(lo), v.Value)
-		return 0, false
-	case bytes > hi:
-		p.add(n, field, nil, "must be at most %s, got %s", formatSize(hi), v.Value)
+	case v.v < lo:
+		s.c.add(v.at, join(s.path, name), nil, "must be at least %d, got %d", lo, v.v)
+	case v.v > hi:
+		s.c.add(v.at, join(s.path, name), nil, "must be at most %d, got %d", hi, v.v)
+	default:
+		return v.v, true
+	}
+	return 0, false
+}
+
+func (s section) duration(name string, v *duration, lo, hi time.Duration) (time.Duration, bool) {
+	if !s.value(name, &v.leaf) {
 		return 0, false
 	}
-	return bytes, true
+	if v.v < lo || v.v > hi {
+		s.c.add(v.at, join(s.path, name), nil, "must be between %s and %s, got %s", lo, hi, v.v)
+		return 0, false
+	}
+	return v.v, true
+}
+
+func (s section) size(name string, v *size, lo, hi int64) (int64, bool) {
+	if !s.value(name, &v.leaf) {
+		return 0, false
+	}
+	switch {
+	case v.v < lo:
+		s.c.add(v.at, join(s.path, name), nil, "must be at least %s, got %s", formatSize(lo), v.text)
+	case v.v > hi:
+		s.c.add(v.at, join(s.path, name), nil, "must be at most %s, got %s", formatSize(hi), v.text)
+	default:
+		return v.v, true
+	}
+	return 0, false
 }
 
 func formatSize(b int64) string {
@@ -631,331 +941,244 @@ func formatSize(b int64) string {
 	return fmt.Sprintf("%dB", b)
 }
 
-// validName reports whether s is 1 to MaxNameLen bytes of [A-Za-z0-9_.-].
-func validName(s string) bool {
-	if s == "" || len(s) > MaxNameLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
+// policyField is the key and value in the file of a Policy field.
+type policyField struct {
+	key string
+	val *leaf
 }
 
-func (p *parser) queue(key, val *yaml.Node) Queue {
-	q := Queue{Name: DefaultQueueName, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
-	pairs, ok := p.mapping(val, "queue")
-	if !ok {
-		return q
-	}
-	var boundNode, tenantBoundNode *yaml.Node
-	boundOK, tenantBoundOK := false, true
-	for _, kv := range pairs {
-		f := join("queue", kv.name)
-		switch kv.name {
-		case "name":
-			if s, ok := p.text(kv.val, f); ok {
-				if validName(s) {
-					q.Name = s
-				} else {
-					p.add(kv.val, f, nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, describe(deref(kv.val)))
-				}
+// policy reports err, from algorithms.Policy.Validate, at the value of the
+// field it names, or at the entry's key (at) when the file has no value
+// for it.
+func (c *checker) policy(err error, path string, at spot, fields map[string]policyField) {
+	field, msg := path, err.Error()
+	var fe *algorithms.FieldError
+	if errors.As(err, &fe) {
+		msg = fe.Msg
+		if f, ok := fields[fe.Field]; ok {
+			field = join(path, f.key)
+			if f.val.set {
+				at = f.val.at
 			}
-		case "bound":
-			boundNode = kv.val
-			q.Bound, boundOK = p.intRange(kv.val, f, 1, MaxBound)
-		case "tenant_bound":
-			tenantBoundNode = kv.val
-			q.TenantBound, tenantBoundOK = p.intRange(kv.val, f, 0, MaxBound)
-		case "prefetch":
-			if i, ok := p.intRange(kv.val, f, 1, MaxPrefetch); ok {
-				q.Prefetch = int(i)
-			}
-		case "max_payload":
-			if b, ok := p.size(kv.val, f, 1, MaxPayloadLimit); ok {
-				q.MaxPayload = b
-			}
-		case "retention":
-			if d, ok := p.durationRange(kv.val, f, MinRetention, MaxRetention); ok {
-				q.Retention = d
-			}
-		default:
-			p.unknown(kv, "queue", queueFields)
 		}
 	}
-	if boundNode == nil {
-		p.add(key, "queue.bound", nil, "required: the most jobs waiting, at least 1")
+	c.add(at, field, err, "%s", msg)
+}
+
+func (c *checker) config(f *file) *Config {
+	cfg := &Config{Downstreams: map[string]Downstream{}, Tenants: map[string]Tenant{}}
+	if !c.mapping(&f.mapping, "") {
+		return cfg
 	}
-	if boundOK && tenantBoundOK && q.TenantBound > q.Bound {
-		p.add(tenantBoundNode, "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", q.Bound, q.TenantBound)
+	cfg.Queue = c.queue(f)
+	c.downstreams(&f.Downstreams, cfg.Downstreams)
+	c.tenants(&f.Tenants, cfg.Tenants)
+	return cfg
+}
+
+func (c *checker) queue(f *file) Queue {
+	q := Queue{Name: DefaultQueueName, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
+	key, ok := f.keys["queue"]
+	if !ok {
+		c.add(f.at, "queue.bound", nil, "required; the file has no queue section")
+		return q
+	}
+	qf := f.Queue
+	if qf == nil {
+		qf = &queueFile{} // queue: with no value
+	}
+	s := section{c, &qf.mapping, "queue"}
+	if !c.mapping(s.m, s.path) {
+		return q
+	}
+	if v, ok := s.text("name", &qf.Name); ok {
+		if validName(v) {
+			q.Name = v
+		} else {
+			c.add(qf.Name.at, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, qf.Name.desc)
+		}
+	}
+	var boundOK, tenantBoundOK bool
+	q.Bound, boundOK = s.integer("bound", &qf.Bound, 1, MaxBound)
+	q.TenantBound, tenantBoundOK = s.integer("tenant_bound", &qf.TenantBound, 0, MaxBound)
+	if v, ok := s.integer("prefetch", &qf.Prefetch, 1, MaxPrefetch); ok {
+		q.Prefetch = int(v)
+	}
+	if v, ok := s.size("max_payload", &qf.MaxPayload, 1, MaxPayloadLimit); ok {
+		q.MaxPayload = v
+	}
+	if v, ok := s.duration("retention", &qf.Retention, MinRetention, MaxRetention); ok {
+		q.Retention = v
+	}
+	if !s.has("bound") {
+		c.add(key.key, "queue.bound", nil, "required: the most jobs waiting, at least 1")
+	}
+	if boundOK && tenantBoundOK && q.TenantBound > q.Bound { // an absent tenant_bound is 0
+		c.add(qf.TenantBound.at, "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", q.Bound, q.TenantBound)
 	}
 	return q
 }
 
-func (p *parser) downstreams(val *yaml.Node, out map[string]Downstream) {
-	pairs, ok := p.mapping(val, "downstreams")
-	if !ok {
+func (c *checker) downstreams(e *entries[downstreamFile], out map[string]Downstream) {
+	if !c.mapping(&e.mapping, "downstreams") {
 		return
 	}
-	bases := map[string]pair{} // normalised base URL -> the downstream that has it
-	for _, kv := range pairs {
-		f := join("downstreams", kv.name)
-		if !validName(kv.name) {
-			p.add(kv.key, f, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
+	bases := map[string]entry[downstreamFile]{} // normalised base URL -> the downstream that has it
+	for _, ent := range e.list {
+		path := join("downstreams", ent.name)
+		if !validName(ent.name) {
+			c.add(ent.at, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
 			continue
 		}
-		d, baseNode, ok := p.downstream(kv, f)
+		d, ok := c.downstream(ent, path)
 		if !ok {
 			continue
 		}
 		if d.BaseURL != nil {
 			b := originOf(d.BaseURL) + basePath(d.BaseURL)
 			if prev, dup := bases[b]; dup {
-				p.add(baseNode, f+".base_url", nil, "the same base_url as downstreams.%s (line %d); a URL must belong to one downstream", prev.name, prev.key.Line)
+				c.add(ent.val.BaseURL.at, path+".base_url", nil, "the same base_url as downstreams.%s (line %d); a URL must belong to one downstream", prev.name, prev.at.line)
 				continue
 			}
-			bases[b] = kv
+			bases[b] = ent
 		}
-		out[kv.name] = d
+		out[ent.name] = d
 	}
 }
 
-func (p *parser) downstream(kv pair, field string) (Downstream, *yaml.Node, bool) {
+func (c *checker) downstream(ent entry[downstreamFile], path string) (Downstream, bool) {
+	df := &ent.val
+	s := section{c, &df.mapping, path}
+	before := len(c.errs)
+	if !c.mapping(s.m, path) {
+		return Downstream{}, false
+	}
 	d := Downstream{
-		Name:    kv.name,
-		Limit:   throttle.Limit{Name: kv.name, Per: DefaultPer, Burst: DefaultBurst, MaxWait: DefaultMaxWait},
+		Name:    ent.name,
+		Limit:   throttle.Limit{Name: ent.name, Per: DefaultPer, Burst: DefaultBurst, MaxWait: DefaultMaxWait},
 		Timeout: DefaultTimeout,
 	}
-	pairs, ok := p.mapping(kv.val, field)
-	if !ok {
-		return d, nil, false
+	if v, ok := s.text("base_url", &df.BaseURL); ok {
+		u, err := parseBaseURL(v)
+		if err != nil {
+			c.add(df.BaseURL.at, path+".base_url", nil, "%v", err)
+		}
+		d.BaseURL = u
 	}
-	good := true
-	check := func(ok bool) {
-		good = good && ok
+	d.Limit.Rate, _ = s.integer("rate", &df.Rate, 1, algorithms.MaxLimit)
+	if per, ok := s.duration("per", &df.Per, algorithms.MinPeriod, algorithms.MaxPeriod); ok {
+		if per%time.Microsecond != 0 {
+			c.add(df.Per.at, path+".per", nil, "must be a whole number of microseconds, got %s", per)
+		}
+		d.Limit.Per = per
 	}
-	var baseNode, rateNode, perNode, burstNode *yaml.Node
-	var conc int64
-	lease := DefaultLease
-	for _, f := range pairs {
-		ff := join(field, f.name)
-		switch f.name {
-		case "base_url":
-			baseNode = f.val
-			s, ok := p.text(f.val, ff)
-			if ok {
-				u, err := parseBaseURL(s)
-				if err != nil {
-					p.add(f.val, ff, nil, "%v", err)
-					ok = false
-				}
-				d.BaseURL = u
-			}
-			check(ok)
-		case "rate":
-			rateNode = f.val
-			r, ok := p.intRange(f.val, ff, 1, algorithms.MaxLimit)
-			d.Limit.Rate = r
-			check(ok)
-		case "per":
-			perNode = f.val
-			per, ok := p.durationRange(f.val, ff, algorithms.MinPeriod, algorithms.MaxPeriod)
-			if ok && per%time.Microsecond != 0 {
-				p.add(f.val, ff, nil, "must be a whole number of microseconds, got %s", per)
-				ok = false
-			}
-			if ok {
-				d.Limit.Per = per
-			}
-			check(ok)
-		case "burst":
-			burstNode = f.val
-			b, ok := p.intRange(f.val, ff, 1, algorithms.MaxLimit)
-			if ok {
-				d.Limit.Burst = b
-			}
-			check(ok)
-		case "max_wait":
-			w, ok := p.durationRange(f.val, ff, 0, MaxDuration)
-			if ok {
-				d.Limit.MaxWait = w
-				if w == 0 {
-					d.Limit.MaxWait = -1 // only a slot due now
-				}
-			}
-			check(ok)
-		case "concurrency":
-			c, ok := p.intRange(f.val, ff, 0, MaxConcurrency)
-			conc = c
-			check(ok)
-		case "lease":
-			l, ok := p.durationRange(f.val, ff, time.Millisecond, MaxDuration)
-			if ok {
-				lease = l
-			}
-			check(ok)
-		case "per_tenant":
-			b, ok := p.boolean(f.val, ff)
-			d.PerTenant = b
-			check(ok)
-		case "timeout":
-			t, ok := p.durationRange(f.val, ff, time.Millisecond, MaxDuration)
-			if ok {
-				d.Timeout = t
-			}
-			check(ok)
-		default:
-			p.unknown(f, field, downstreamFields)
-			good = false
+	if b, ok := s.integer("burst", &df.Burst, 1, algorithms.MaxLimit); ok {
+		d.Limit.Burst = b
+	}
+	if w, ok := s.duration("max_wait", &df.MaxWait, 0, MaxDuration); ok {
+		d.Limit.MaxWait = w
+		if w == 0 {
+			d.Limit.MaxWait = -1 // only a slot due now
 		}
 	}
-	if rateNode == nil {
-		p.add(kv.key, field+".rate", nil, "required: the units allowed per `per`, at least 1")
-		good = false
+	conc, _ := s.integer("concurrency", &df.Concurrency, 0, MaxConcurrency)
+	lease := DefaultLease
+	if l, ok := s.duration("lease", &df.Lease, time.Millisecond, MaxDuration); ok {
+		lease = l
 	}
-	if !good {
-		return d, baseNode, false
+	d.PerTenant, _ = s.boolean("per_tenant", &df.PerTenant)
+	if t, ok := s.duration("timeout", &df.Timeout, time.Millisecond, MaxDuration); ok {
+		d.Timeout = t
+	}
+	if !s.has("rate") {
+		c.add(ent.at, path+".rate", nil, "required: the units allowed per `per`, at least 1")
+	}
+	if len(c.errs) > before {
+		return d, false
 	}
 	// The throttle checks its Limit as a GCRA policy; a rate and burst
 	// that are each fine may still be too fine-grained together.
 	pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: d.Limit.Rate, Period: d.Limit.Per, Burst: d.Limit.Burst}
 	if err := pol.Validate(); err != nil {
-		name, msg := splitPolicyError(err)
-		at, f := kv.key, field
-		switch name {
-		case "limit":
-			at, f = rateNode, field+".rate"
-		case "period":
-			at, f = perNode, field+".per"
-		case "burst":
-			at, f = burstNode, field+".burst"
-		}
-		if at == nil {
-			at = kv.key
-		}
-		p.add(at, f, err, "%s", msg)
-		return d, baseNode, false
+		c.policy(err, path, ent.at, map[string]policyField{
+			"limit": {"rate", &df.Rate.leaf}, "period": {"per", &df.Per.leaf}, "burst": {"burst", &df.Burst.leaf},
+		})
+		return d, false
 	}
 	if conc > 0 {
-		d.Concurrency = &throttle.Concurrency{Name: kv.name, Max: conc, Lease: lease}
+		d.Concurrency = &throttle.Concurrency{Name: ent.name, Max: conc, Lease: lease}
 	}
-	return d, baseNode, true
+	return d, true
 }
 
-// splitPolicyError splits an algorithms.Policy.Validate error into the
-// field it names and the rest of its message.
-func splitPolicyError(err error) (field, msg string) {
-	msg = strings.TrimPrefix(err.Error(), algorithms.ErrInvalidPolicy.Error()+": ")
-	if i := strings.Index(msg, ": "); i > 0 && !strings.ContainsAny(msg[:i], " \t") {
-		return msg[:i], msg[i+2:]
-	}
-	return "", msg
-}
-
-func (p *parser) tenants(val *yaml.Node, out map[string]Tenant) {
-	pairs, ok := p.mapping(val, "tenants")
-	if !ok {
+func (c *checker) tenants(e *entries[tenantFile], out map[string]Tenant) {
+	if !c.mapping(&e.mapping, "tenants") {
 		return
 	}
-	for _, kv := range pairs {
-		f := join("tenants", kv.name)
-		if kv.name == "" {
-			p.add(kv.key, f, nil, "a tenant id must not be empty")
-			continue
-		}
-		if len(kv.name) > MaxTenantIDLen {
-			p.add(kv.key, f, nil, "a tenant id must be at most %d bytes, got %d", MaxTenantIDLen, len(kv.name))
-			continue
-		}
-		if t, ok := p.tenant(kv, f); ok {
-			out[kv.name] = t
+	for _, ent := range e.list {
+		path := join("tenants", ent.name)
+		switch {
+		case ent.name == "":
+			c.add(ent.at, path, nil, "a tenant id must not be empty")
+		case len(ent.name) > MaxTenantIDLen:
+			c.add(ent.at, path, nil, "a tenant id must be at most %d bytes, got %d", MaxTenantIDLen, len(ent.name))
+		default:
+			if t, ok := c.tenant(ent, path); ok {
+				out[ent.name] = t
+			}
 		}
 	}
 }
 
-func (p *parser) tenant(kv pair, field string) (Tenant, bool) {
-	t := Tenant{ID: kv.name, Weight: DefaultWeight}
-	pairs, ok := p.mapping(kv.val, field)
-	if !ok {
+func (c *checker) tenant(ent entry[tenantFile], path string) (Tenant, bool) {
+	tf := &ent.val
+	s := section{c, &tf.mapping, path}
+	t := Tenant{ID: ent.name, Weight: DefaultWeight}
+	before := len(c.errs)
+	if !c.mapping(s.m, path) {
 		return t, false
 	}
 	var pol algorithms.Policy
-	nodes := map[string]*yaml.Node{}
-	good, hasPolicy := true, false
-	for _, f := range pairs {
-		ff := join(field, f.name)
-		switch f.name {
-		case "algorithm":
-			s, ok := p.text(f.val, ff)
-			pol.Algorithm = algorithms.Algorithm(s)
-			good = good && ok
-		case "limit":
-			pol.Limit, ok = p.integer(f.val, ff)
-			good = good && ok
-		case "period":
-			pol.Period, ok = p.duration(f.val, ff)
-			good = good && ok
-		case "burst":
-			pol.Burst, ok = p.integer(f.val, ff)
-			good = good && ok
-		case "weight":
-			w, ok := p.intRange(f.val, ff, 1, MaxWeight)
-			t.Weight = int(w)
-			good = good && ok
-		case "class":
-			s, ok := p.text(f.val, ff)
-			if ok && !validClass(s) {
-				p.add(f.val, ff, nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(s, 40))
-				ok = false
-			}
-			t.Class = s
-			good = good && ok
-		default:
-			p.unknown(f, field, tenantFields)
-			good = false
-			continue
-		}
-		nodes[f.name] = f.val
-		if f.name != "weight" && f.name != "class" {
-			hasPolicy = true
+	alg, _ := s.text("algorithm", &tf.Algorithm)
+	pol.Algorithm = algorithms.Algorithm(alg)
+	pol.Limit, _ = s.integer("limit", &tf.Limit, math.MinInt64, math.MaxInt64)
+	pol.Period, _ = s.duration("period", &tf.Period, 0, math.MaxInt64)
+	pol.Burst, _ = s.integer("burst", &tf.Burst, math.MinInt64, math.MaxInt64)
+	if w, ok := s.integer("weight", &tf.Weight, 1, MaxWeight); ok {
+		t.Weight = int(w)
+	}
+	if class, ok := s.text("class", &tf.Class); ok {
+		if validClass(class) {
+			t.Class = class
+		} else {
+			c.add(tf.Class.at, path+".class", nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(class, 40))
 		}
 	}
-	if !good {
+	if len(c.errs) > before {
 		return t, false
 	}
-	if !hasPolicy {
-		return t, true
+	if !s.has("algorithm") && !s.has("limit") && !s.has("period") && !s.has("burst") {
+		return t, true // no admission policy
 	}
 	if err := pol.Validate(); err != nil {
-		name, msg := splitPolicyError(err)
-		at := nodes[name]
-		if at == nil {
-			at = kv.key
-		}
-		f := field
-		if name != "" {
-			f = join(field, name)
-		}
-		p.add(at, f, err, "%s", msg)
+		c.policy(err, path, ent.at, map[string]policyField{
+			"algorithm": {"algorithm", &tf.Algorithm.leaf}, "limit": {"limit", &tf.Limit.leaf},
+			"period": {"period", &tf.Period.leaf}, "burst": {"burst", &tf.Burst.leaf},
+		})
 		return t, false
 	}
 	t.Policy = &pol
 	return t, true
 }
 
+// validName reports whether s is 1 to MaxNameLen bytes of [A-Za-z0-9_.-].
+func validName(s string) bool {
+	return s != "" && len(s) <= MaxNameLen && strings.Trim(s, nameChars) == ""
+}
+
 // validClass reports whether s is a usable metrics class name.
 func validClass(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 32 && strings.Trim(s, nameChars) == ""
 }
+
+const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"
