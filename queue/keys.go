@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // DefaultPrefix starts every key of the waiting room.
@@ -70,13 +69,7 @@ func (k keys) tenant(id string) (enc, list string, err error) {
 	return enc, k.tenantPrefix + enc, nil
 }
 
-// admission returns the key of a tenant's admission state under alg:
-// admPrefix + alg + (":" + the state format's version, when it has one) +
-// ":" + enc, so that a key in an earlier format is never read as the
-// current one (see scripts.StateVersion).
+// admission returns the key of a tenant's admission state under alg.
 func (k keys) admission(alg, enc string) string {
-	if v := scripts.StateVersion[alg]; v != "" {
-		return k.admPrefix + alg + ":" + v + ":" + enc
-	}
 	return k.admPrefix + alg + ":" + enc
 }
