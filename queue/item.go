@@ -8,17 +8,8 @@ import (
 	"time"
 )
 
-// itemMark starts every entry that this version writes into a tenant's
-// list; an entry without it is an envelope of an earlier version (JSON,
-// starting with '{'), which the claim still hands over.
+// itemMark starts every entry in a tenant's list.
 const itemMark = "sluice2\t"
-
-// entriesField and entriesVersion mark, in the queue's meta hash, a queue
-// that a worker reading this version's entries has started on
-// (Server.Start); until then the enqueue script queues bare envelopes
-// (queue_enqueue.lua compares with the same literal). Version 2 entries
-// all had a header; version 3 leaves it out for the default class.
-const entriesField, entriesVersion = "entries", "3"
 
 // item returns the job's entry in its tenant's list: the asynq task
 // message with the envelope as payload, written here as asynq's Client
@@ -30,11 +21,7 @@ const entriesField, entriesVersion = "entries", "3"
 // the bare envelope, most of them the task id, which asynq's message must
 // hold.
 //
-// A job of the default metrics class is the message alone: it starts
-// with the tag of field 1 (0x0A), and the claim reads the task id (field
-// 3) from it and copies the rest as it is, about 1 µs less per job than
-// the header's pattern and copy. A job of another class carries a
-// header first, which names the class:
+// A header comes first, which names the class:
 //
 //	sluice2 TAB envelope-offset:length:task-id-offset:length TAB class TAB
 //
@@ -74,13 +61,9 @@ func (j *Job) item(queue string) (string, error) {
 
 	var b strings.Builder
 	b.Grow(len(h) + len(class) + 1 + taskAt + len(task) + bytesFieldLen(queue) + 2*binary.MaxVarintLen64)
-	// A message without a type (field 1) would not start with its tag;
-	// Enqueue refuses such jobs, but the header keeps any job readable.
-	if class != defaultClass || j.Type == "" {
-		b.Write(h)
-		b.WriteString(class)
-		b.WriteByte('\t')
-	}
+	b.Write(h)
+	b.WriteString(class)
+	b.WriteByte('\t')
 	writeBytesField(&b, 1, j.Type)
 	writeUvarint(&b, 2<<3|2)
 	writeUvarint(&b, uint64(len(env)))
@@ -131,17 +114,12 @@ func writeUintField(b *strings.Builder, field, v uint64) {
 	writeUvarint(b, v)
 }
 
-// itemEnvelope returns the envelope of a tenant list's entry: field 2 of
-// a bare message, the part of a headed item's message that its header
-// points to, or the entry itself when it is an envelope of an earlier
-// version.
+// itemEnvelope returns the envelope of a tenant list's entry: the part
+// of its message that its header points to.
 func itemEnvelope(it string) ([]byte, error) {
-	if strings.HasPrefix(it, "\x0a") {
-		return messageEnvelope(it)
-	}
 	rest, ok := strings.CutPrefix(it, itemMark)
 	if !ok {
-		return []byte(it), nil
+		return nil, errors.New("sluice: waiting-room entry without a header")
 	}
 	offsets, rest, ok1 := strings.Cut(rest, "\t")
 	_, msg, ok2 := strings.Cut(rest, "\t")
@@ -156,8 +134,8 @@ func itemEnvelope(it string) ([]byte, error) {
 }
 
 // DecodeEntry decodes the job of one entry of a tenant's list in the
-// waiting room (the key sluice:q:t:{Q}:<tenant>, docs/queue.md, Keys), of
-// this version or of an earlier one: for tools that look at what waits.
+// waiting room (the key sluice:q:t:{Q}:<tenant>, docs/queue.md, Keys): for
+// tools that look at what waits.
 func DecodeEntry(entry string) (*Job, error) { return decodeItem(entry) }
 
 // decodeItem decodes the job of a tenant list's entry (see item).
@@ -167,27 +145,4 @@ func decodeItem(it string) (*Job, error) {
 		return nil, err
 	}
 	return decodeJob(env)
-}
-
-// errNoMessage is messageEnvelope's answer for text that is no message.
-var errNoMessage = errors.New("sluice: waiting-room entry that is no task message")
-
-// messageEnvelope returns field 2 of msg, a message item wrote (field 1,
-// the type, first; then field 2, the envelope).
-func messageEnvelope(msg string) ([]byte, error) {
-	at := 0
-	for _, tag := range []byte{1<<3 | 2, 2<<3 | 2} {
-		if at >= len(msg) || msg[at] != tag {
-			return nil, errNoMessage
-		}
-		n, w := binary.Uvarint([]byte(msg[at+1 : min(len(msg), at+1+binary.MaxVarintLen64)]))
-		if w <= 0 || n > uint64(len(msg)-at-1-w) {
-			return nil, errNoMessage
-		}
-		if tag == 2<<3|2 {
-			return []byte(msg[at+1+w : at+1+w+int(n)]), nil
-		}
-		at += 1 + w + int(n)
-	}
-	return nil, errNoMessage
 }

@@ -257,12 +257,8 @@ func (j *Job) timeout() time.Duration {
 }
 
 // key names this enqueue of the job (in its asynq task ids): <id>@<nonce>,
-// '@' being no character of an id. Envelopes written before nonces existed
-// have none; their key is the id, as it was then.
+// '@' being no character of an id.
 func (j *Job) key() string {
-	if j.Nonce == "" {
-		return j.ID
-	}
 	return j.ID + "@" + j.Nonce
 }
 

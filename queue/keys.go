@@ -20,14 +20,6 @@ type keys struct {
 	tenantPrefix, admPrefix                                 string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
-	// legacyMeta and legacyHanded are keys of the layout before the tag
-	// was asynq's ({=Q}); a waiting room there is refused at start.
-	legacyMeta, legacyHanded string
-	// Earlier versions recorded handed-over jobs in oldHanded and
-	// oldHinfo (a sorted set and a hash, with per-tenant counts in
-	// oldTdepth), then in oldHandover (a list); Server.Start takes them
-	// out of the counts and deletes them (queue_migrate.lua).
-	oldHanded, oldHinfo, oldTdepth, oldHandover string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -36,8 +28,6 @@ func newKeys(prefix, queue string) (keys, error) {
 	}
 	tag := ":{" + queue + "}"
 	k := func(kind string) string { return prefix + ":" + kind + tag }
-	legacyMeta, _ := keyspace.Key(prefix, "meta", queue)
-	legacyHanded, _ := keyspace.Key(prefix, "handed", queue)
 	return keys{
 		meta:         k("meta"),
 		cdepth:       k("cdepth"),
@@ -51,12 +41,6 @@ func newKeys(prefix, queue string) (keys, error) {
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
 		asynqTask:    "asynq:{" + queue + "}:t:",
-		legacyMeta:   legacyMeta,
-		legacyHanded: legacyHanded,
-		oldHanded:    k("handed"),
-		oldHinfo:     k("hinfo"),
-		oldTdepth:    k("tdepth"),
-		oldHandover:  k("handover"),
 	}, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,12 +97,6 @@ type Producer struct {
 	cfg    Config
 	keys   keys
 	args   sync.Map // algorithms.Policy -> [5]string
-	// entries is set once an enqueue has seen the meta hash's entries
-	// field at entriesVersion: a worker that reads this version's entries
-	// has started on the queue, and the enqueue script need not read the
-	// field again (docs/queue.md, Upgrading: going back to an earlier
-	// version stops the producers first).
-	entries atomic.Bool
 }
 
 // NewProducer returns a Producer on client for cfg.
@@ -219,7 +212,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	// The arguments that most jobs leave at their defaults, sent only up
 	// to the last one that is not (queue_enqueue.lua).
-	opt := [6]any{"", "", "", recordID, p.cfg.now(), ""}
+	opt := [5]any{"", "", "", recordID, p.cfg.now()}
 	if p.cfg.TenantBound > 0 {
 		opt[0] = p.cfg.TenantBound
 	}
@@ -228,15 +221,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	if job.Class != defaultClass {
 		opt[2] = job.Class
-	}
-	if !p.entries.Load() {
-		// Until workers that read entries have started, the script
-		// queues the bare envelope instead.
-		env, err := itemEnvelope(item)
-		if err != nil {
-			return Receipt{}, err
-		}
-		opt[5] = env
 	}
 	n := len(opt)
 	for n > 0 && opt[n-1] == "" {
@@ -255,7 +239,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
-	if len(v) != 5 {
+	if len(v) != 4 {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply of %d values", p.cfg.Queue, len(v))
 	}
 	capacity := int64(0)
@@ -264,9 +248,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	switch v[0] {
 	case 0:
-		if v[4] == 3 {
-			p.entries.Store(true)
-		}
 		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}
 		if tp.Admission != nil {
 			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: v[2], ResetAfter: time.Duration(v[3]) * time.Microsecond}
@@ -323,12 +304,11 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	d, _ := depth.Int64()
 	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
 	// The scripts count every class but the default one (most jobs, one
-	// command less each); the default class has the rest of the depth. A
-	// "default" field left by an earlier version is not this count.
+	// command less each); the default class has the rest of the depth.
 	rest := d
 	for c, v := range classes.Val() {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		if c != defaultClass && n > 0 {
+		if n > 0 {
 			st.ByClass[c] = n
 			rest -= n
 		}

@@ -47,117 +47,52 @@ local function pb_uint(field, n)
   return char(field * 8) .. varint(n)
 end
 
--- field reads the length-delimited field whose tag is at p in msg: where
--- its contents start and end, or nil when msg does not hold one there.
-local byte = string.byte
-local function field(msg, p, tag)
-  if byte(msg, p) ~= tag then return nil end
-  p = p + 1
-  local n, m, b = 0, 1, byte(msg, p)
-  while b and b >= 128 and m < 34359738368 do
-    n, m, p = n + (b - 128) * m, m * 128, p + 1
-    b = byte(msg, p)
-  end
-  if not b or b >= 128 then return nil end
-  n = n + b * m
-  if p + n > #msg then return nil end
-  return p + 1, p + n
-end
-
--- task_of returns field 3 (the task id) of msg when msg starts with fields
--- 1 and 2 and then 3, as queue.Job.item writes them; nil for text of any
--- other shape, which the caller then archives.
-local function task_of(msg)
-  local _, e = field(msg, 1, 10)
-  if e then _, e = field(msg, e + 1, 18) end
-  local s
-  if e then s, e = field(msg, e + 1, 26) end
-  if s then return string.sub(msg, s, e) end
-end
-
--- message returns the task id of the job of envelope env (the entry of
--- an earlier version, which held the bare envelope), its id (nil for text
--- that is no envelope), its metrics class and its asynq message
--- (queue.Job's taskID, maxRetry, timeout, class and item are the same in
--- Go).
--- Text that is not an envelope sluice wrote is handed over all the same,
--- so that it does not block every claim behind it: the worker cannot
--- decode it either and asynq archives it, where asynqmon shows it.
-local function message(H, env)
-  local ok, j = pcall(cjson.decode, env)
-  local id
-  if not ok or type(j) ~= 'table' or type(j.id) ~= 'string' or not string.find(j.id, '^[%w_.:%-]+$')
-      or type(j.type) ~= 'string' or #j.type > 256 or not string.find(j.type, '^[%w_.:/%-]+$') then
-    j = {id = 'undecodable-' .. redis.call('HINCRBY', H.meta, 'undecodable', 1), type = 'sluice.undecodable'}
-  else
-    id = j.id
-  end
-  local key = j.id
-  if type(j.nonce) == 'string' and string.find(j.nonce, '^%x+$') then key = key .. '@' .. j.nonce end
-  -- queue.Job's defaults: max_retry 0 is 25, -1 none; timeout 0 is 30
-  -- minutes. asynq counts the retries left, in whole seconds of timeout.
-  local retry = math.floor(tonumber(j.max_retry) or 0)
-  if retry == 0 then retry = 25 elseif retry < 0 then retry = 0 end
-  retry = math.max(retry - math.floor(tonumber(j.retried) or 0), 0)
-  local timeout = tonumber(j.timeout) or 0
-  if timeout <= 0 then timeout = 1800 else timeout = math.floor(timeout / 1e9) end
-  local task = 'sluice:' .. key .. ':' .. int(math.floor(tonumber(j.moves) or 0))
-  local class = j.class
-  if type(class) ~= 'string' or class == '' then class = 'default' end
-  local typ = H.types[j.type]
-  if not typ then
-    typ = pb_bytes(1, j.type)
-    H.types[j.type] = typ
-  end
-  -- Fields in number order, as asynq's Client (Go's protobuf) writes them.
-  local msg = typ .. '\18' .. varint(#env) .. env .. '\26' .. varint(#task) .. task .. H.tail
-    .. pb_uint(5, retry) .. pb_uint(8, timeout) .. H.retain
-  return task, id, class, msg
+-- undecodable returns a task id and an asynq message for text in a
+-- tenant's list that is no entry. It is handed over all the same, so that
+-- it does not block every claim behind it: the worker cannot decode it
+-- and asynq archives it, where asynqmon shows it.
+local function undecodable(H, text)
+  local task = 'sluice:undecodable-' .. redis.call('HINCRBY', H.meta, 'undecodable', 1)
+  local msg = pb_bytes(1, 'sluice.undecodable') .. '\18' .. varint(#text) .. text .. '\26' .. varint(#task) .. task
+    .. H.tail .. pb_uint(8, 1800) .. H.retain
+  return task, msg
 end
 
 -- hand_over writes the job of envelope env into asynq; it leaves the
 -- waiting room's counts when flush(H) ends the batch. now is in µs.
 local function hand_over(H, env, now)
   if not H.push then
-    H.push, H.keyed, H.jobids, H.classes, H.types = {}, {}, {}, {}, {}
+    H.push, H.keyed, H.classes = {}, {}, {}
     H.since = int(now) .. '000'
     -- The fields every task of the queue shares: queue and retention.
     H.tail = pb_bytes(4, H.queue)
     H.retain = pb_uint(12, H.retention)
   end
-  -- An entry of this version carries its message ready (queue.Job.item),
-  -- less Retention, the last field, which only the workers know: for the
-  -- default class the message alone, its task id read from field 3; for
-  -- another, behind a header that says where the message holds the
-  -- envelope and the task id (offset:length each), and the class.
-  -- Anything else is an envelope of an earlier version, or text to
+  -- An entry carries its message ready (queue.Job.item), less
+  -- Retention, the last field, which only the workers know, behind a
+  -- header that says where the message holds the envelope and the task id
+  -- (offset:length each), and the class. Anything else is text to
   -- archive.
   local task, msg, class
-  if byte(env, 1) == 10 then
-    task = task_of(env)
-    if task then class, msg = 'default', env end
-  else
-    local off, len, cls, at = string.match(env, '^sluice2\t%d+:%d+:(%d+):(%d+)\t([^\t]+)\t()')
-    if off then
-      off = at + tonumber(off)
-      task = string.sub(env, off, off + tonumber(len) - 1)
-      class, msg = cls, string.sub(env, at)
-    end
+  local off, len, cls, at = string.match(env, '^sluice2\t%d+:%d+:(%d+):(%d+)\t([^\t]+)\t()')
+  if off then
+    off = at + tonumber(off)
+    task = string.sub(env, off, off + tonumber(len) - 1)
+    class, msg = cls, string.sub(env, at)
   end
   -- An entry's task id is sluice:<id>@<nonce>:<moves>. These checks
   -- accept what the capture of <id> in flush accepts ("sluice:", then at
   -- least one character before the first '@'); the capture itself waits
   -- until flush finds an id recorded at all, as it seldom does: it cost
   -- the claim about a tenth of its work per job.
-  local keyed = task and string.sub(task, 1, 7) == 'sluice:' and byte(task, 8) ~= 64
+  local keyed = task and string.sub(task, 1, 7) == 'sluice:' and string.byte(task, 8) ~= 64
     and string.find(task, '@', 9, true)
-  local id
   if keyed then
     if H.retain ~= '' then msg = msg .. H.retain end
     H.keyed[#H.keyed + 1] = task
   else
-    task, id, class, msg = message(H, env)
-    if id then H.jobids[#H.jobids + 1] = id end
+    task, msg = undecodable(H, env)
+    class = 'default'
   end
   redis.call('HSET', H.taskprefix .. task, 'msg', msg, 'state', 'pending', 'pending_since', H.since)
   H.push[#H.push + 1] = task
@@ -180,12 +115,13 @@ local function flush(H)
   -- the producers chose are not recorded (queue_enqueue.lua): with none
   -- recorded at all, as when no producer sets ids, there is nothing to
   -- look up.
-  if (#H.keyed > 0 or #H.jobids > 0) and redis.call('HLEN', H.ids) > 0 then
+  if #H.keyed > 0 and redis.call('HLEN', H.ids) > 0 then
+    local jobids = {}
     for _, task in ipairs(H.keyed) do
-      H.jobids[#H.jobids + 1] = string.match(task, '^sluice:([^@]+)@')
+      jobids[#jobids + 1] = string.match(task, '^sluice:([^@]+)@')
     end
-    local counts, gone = redis.call('HMGET', H.ids, unpack(H.jobids)), {}
-    for i, id in ipairs(H.jobids) do
+    local counts, gone = redis.call('HMGET', H.ids, unpack(jobids)), {}
+    for i, id in ipairs(jobids) do
       if tonumber(counts[i] or '0') <= 1 then
         gone[#gone + 1] = id
       elseif redis.call('HINCRBY', H.ids, id, -1) <= 0 then
@@ -194,5 +130,5 @@ local function flush(H)
     end
     if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
   end
-  H.push, H.keyed, H.jobids, H.classes = {}, {}, {}, {}
+  H.push, H.keyed, H.classes = {}, {}, {}
 end

@@ -91,8 +91,6 @@ var (
 	queueSleepSrc string
 	//go:embed queue_handover.lua
 	queueHandoverSrc string
-	//go:embed queue_migrate.lua
-	queueMigrateSrc string
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -112,9 +110,8 @@ var queueEnqueue = func() map[string]*redis.Script {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim   = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
-	QueueTake    = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
-	QueueUntake  = redis.NewScript(preludeSrc + queueUntakeSrc)
-	QueueSleep   = redis.NewScript(preludeSrc + queueSleepSrc)
-	QueueMigrate = redis.NewScript(queueMigrateSrc)
+	QueueClaim  = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
+	QueueTake   = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
+	QueueUntake = redis.NewScript(preludeSrc + queueUntakeSrc)
+	QueueSleep  = redis.NewScript(preludeSrc + queueSleepSrc)
 )
