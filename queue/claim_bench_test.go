@@ -45,7 +45,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
 			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
-			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, cfg.Queue, 0).Slice()
+			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, "").Slice()
 		if err != nil {
 			b.Fatal(err)
 		}

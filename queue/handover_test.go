@@ -65,7 +65,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
-					item, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
+					item, "", k.asynqTask, retentionField(retention)).Int()
 				if err != nil || taken != 1 {
 					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
 				}
@@ -305,82 +305,98 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestUndecodableEnvelopeArchived: text in a tenant's list that is not an
-// envelope sluice wrote (not JSON, an id or a type a producer would have
-// refused, or none) does not block the claims behind it: it is handed over as
-// sluice.undecodable, the worker cannot decode it either, and asynq
-// archives it, where asynqmon shows it. The jobs around it run, and the
-// counts end at zero.
-func TestUndecodableEnvelopeArchived(t *testing.T) {
+// TestUndecodableEntryArchived: text in a tenant's list that is no entry
+// (nothing a Producer writes: JSON, a task message without the header,
+// headers that point past the end or at a task id that is not sluice's)
+// does not block the claims behind it, whether the claim shows each job
+// to the dispatcher (a server with a throttle) or pops a batch at once
+// (without). The dispatcher hands it over as a task of type
+// sluice.undecodable with the text as its payload, the worker cannot
+// decode it, and asynq archives it, where asynqmon shows it. So does an
+// entry whose envelope the worker cannot read. The jobs around them run,
+// and the counts end at zero.
+func TestUndecodableEntryArchived(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		ctx := context.Background()
-		cfg, p := testProducer(t, client, 100)
-		k := p.keys
-		_, list, _ := k.tenant("a")
-		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`,
-			`{"id":"","type":"x"}`, `{"type":"x"}`,
-			// Text that starts as a task message does and is none: cut
-			// short, a length past the end, a varint that never ends, a
-			// field out of order, a task id of another kind, sluice's
-			// with no '@' or nothing before it.
-			"\x0a", "\x0a\x05ab", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff",
-			"\x0a\x01x\x1a\x02{}", "\x0a\x01x\x12\x02{}\x1a\x03abc",
-			"\x0a\x01x\x12\x02{}\x1a\x09sluice:ab", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:@b@c",
-			// Lua reads it, Go does not (no tenant): the dispatcher, which
-			// checks the throttle of jobs that name a downstream, cannot
-			// read it, and takes it unchecked.
-			`{"id":"no-tenant","type":"x","downstream":"api"}`}
-		if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatal(err)
+		for _, withThrottle := range []bool{true, false} {
+			t.Run(fmt.Sprintf("throttle=%v", withThrottle), func(t *testing.T) {
+				testUndecodableEntryArchived(t, client, withThrottle)
+			})
 		}
-		// What an enqueue would have counted for them (the default class
-		// is the depth less the other classes).
-		pipe := client.TxPipeline()
-		for _, b := range bad {
-			pipe.RPush(ctx, list, b)
-			pipe.HIncrBy(ctx, k.meta, "depth", 1)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
+	})
+}
+
+func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, withThrottle bool) {
+	ctx := context.Background()
+	cfg, p := testProducer(t, client, 100)
+	k := p.keys
+	_, list, _ := k.tenant("a")
+	// An entry the claim reads whose envelope has no tenant: with a
+	// throttle, the dispatcher cannot read it to check the downstream it
+	// names, and takes it unchecked.
+	noTenant := `{"id":"no-tenant","type":"x","downstream":"api"}`
+	bad := []string{"not json", `{"id":"a","tenant":"a","type":"x"}`, `[1,2]`,
+		"\x0a", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:a@b:0",
+		"default\t0:3\tabc", "gold\t5:40\tshort", "x\t0:9\tsluice:ab", "x\t0:10\tsluice:@bc",
+		"\t0:1\tx", "x\t0:1", "x\t0:1\t",
+		entry(defaultClass, "x", []byte(noTenant), "sluice:no-tenant@00:0", cfg.Queue, 0, 1800)}
+	want := append(bad[:len(bad)-1:len(bad)-1], noTenant)
+	if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	// What an enqueue would have counted for them (the default class is
+	// the depth less the other classes).
+	pipe := client.TxPipeline()
+	for _, b := range bad {
+		pipe.RPush(ctx, list, b)
+		pipe.HIncrBy(ctx, k.meta, "depth", 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	scfg := ServerConfig{Config: cfg, Concurrency: 2}
+	if withThrottle {
 		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer th.Close()
-		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
-			Downstreams: func(name string) (Downstream, bool) {
-				return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"
-			}}, rec)
-		ins := asynq.NewInspectorFromRedisClient(client)
-		waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
-			archived, err := ins.ListArchivedTasks(cfg.Queue)
-			return rec.count() == 2 && err == nil && len(archived) == len(bad)
-		})
+		scfg.Throttle = th
+		scfg.Downstreams = func(name string) (Downstream, bool) {
+			return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"
+		}
+	}
+	rec := newRecorder()
+	startServer(t, client, scfg, rec)
+	ins := asynq.NewInspectorFromRedisClient(client)
+	waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
 		archived, err := ins.ListArchivedTasks(cfg.Queue)
-		if err != nil {
-			t.Fatal(err)
+		return rec.count() == 2 && err == nil && len(archived) == len(bad)
+	})
+	archived, err := ins.ListArchivedTasks(cfg.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[string]bool{}
+	for _, ti := range archived {
+		payloads[string(ti.Payload)] = true
+		if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
+			t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
 		}
-		payloads := map[string]bool{}
-		for _, ti := range archived {
-			payloads[string(ti.Payload)] = true
-			if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
-				t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
-			}
+		if string(ti.Payload) != noTenant && ti.Type != undecodableType {
+			t.Errorf("archived task %s of type %s; want %s", ti.ID, ti.Type, undecodableType)
 		}
-		for _, b := range bad {
-			if !payloads[b] {
-				t.Errorf("%q is not among the archived tasks' payloads", b)
-			}
+	}
+	for _, w := range want {
+		if !payloads[w] {
+			t.Errorf("%q is not among the archived tasks' payloads", w)
 		}
-		waitFor(t, 5*time.Second, "the counts to reach zero", func() bool {
-			st, err := p.Stats(ctx)
-			return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
-		})
+	}
+	waitFor(t, 5*time.Second, "the counts to reach zero", func() bool {
+		st, err := p.Stats(ctx)
+		return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
 	})
 }
 

@@ -235,10 +235,9 @@ func (j *Job) maxRetry() int {
 	return j.MaxRetry
 }
 
-// defaultClass is the metrics class of tenants whose policy names none;
-// queue_handover.lua counts entries without a header in it. The scripts
-// spell it too: they keep no count of it in the per-class hash
-// (readStats derives it from the depth).
+// defaultClass is the metrics class of tenants whose policy names none.
+// The scripts spell it too: they keep no count of it in the per-class
+// hash (readStats derives it from the depth).
 const defaultClass = "default"
 
 // class is the job's metrics class as the queue's counts record it.
@@ -262,10 +261,8 @@ func (j *Job) key() string {
 	return j.ID + "@" + j.Nonce
 }
 
-// taskID is the asynq task id of the job's current hand-over, as
-// queue_handover.lua writes it (that script computes it, and maxRetry and
-// timeout, itself; TestHandOverWritesWhatAsynqWrites holds the two equal):
-// no other hand-over, even of a job of the same ID, shares it.
+// taskID is the asynq task id of the job's current hand-over: no other
+// hand-over, even of a job of the same ID, shares it.
 func (j *Job) taskID() string {
 	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }

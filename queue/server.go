@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +75,7 @@ type Server struct {
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
-	retention string // cfg.Retention in asynq's whole seconds
+	retention string // cfg.Retention as asynq's TaskMessage field (retentionField)
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
@@ -126,7 +125,7 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 	}
 	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
 		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
-		retention: strconv.FormatInt(int64(cfg.Retention.Seconds()), 10)}
+		retention: retentionField(cfg.Retention)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -159,6 +158,10 @@ func (s *Server) Start(h Handler) error {
 		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
 	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		if t.Type() == undecodableType { // see handOverUndecodable
+			s.left()
+			return fmt.Errorf("%w: text found in a tenant's list that is no job", asynq.SkipRetry)
+		}
 		return s.process(ctx, t, h)
 	})); err != nil {
 		cancel()

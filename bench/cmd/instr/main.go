@@ -298,7 +298,7 @@ func sluiceClaim(tenants int) func(context.Context, *redis.Client, int) error {
 			// queue.Server's dispatcher.
 			v, err := scripts.QueueClaim.Run(ctx, c,
 				[]string{key("ring"), key("sleep"), key("members"), key("weights"), key("turns"), key("meta"), key("cdepth"), key("ids"), pending},
-				20, queue.DefaultPrefix+":t:{"+queueName+"}:", "", 20, "0", "asynq:{"+queueName+"}:t:", queueName, 0).Slice()
+				20, queue.DefaultPrefix+":t:{"+queueName+"}:", "", 20, "0", "asynq:{"+queueName+"}:t:", "").Slice()
 			if err != nil {
 				return err
 			}
