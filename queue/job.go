@@ -27,7 +27,6 @@
 package queue
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -269,14 +268,7 @@ func (j *Job) taskID() string {
 
 // envelope writes the job's envelope: JSON of the Job. It travels as the
 // asynq task's payload, inside the job's waiting-room entry (item).
-func (j *Job) envelope() ([]byte, error) {
-	size := 200 + len(j.ID) + len(j.Nonce) + len(j.Tenant) + len(j.Type) + len(j.Downstream) + len(j.Class) +
-		base64.StdEncoding.EncodedLen(len(j.Payload))
-	if b, ok := j.appendEnvelope(make([]byte, 0, size)); ok {
-		return b, nil
-	}
-	return json.Marshal(j)
-}
+func (j *Job) envelope() ([]byte, error) { return json.Marshal(j) }
 
 // encode is envelope as a string.
 func (j *Job) encode() (string, error) {
@@ -284,15 +276,11 @@ func (j *Job) encode() (string, error) {
 	return string(b), err
 }
 
-// decodeJob decodes an envelope: those encode writes by parseEnvelope,
-// anything else by encoding/json.
+// decodeJob decodes an envelope.
 func decodeJob(s []byte) (*Job, error) {
 	var j Job
-	if !parseEnvelope(s, &j) {
-		j = Job{}
-		if err := json.Unmarshal(s, &j); err != nil {
-			return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
-		}
+	if err := json.Unmarshal(s, &j); err != nil {
+		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")

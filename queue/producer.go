@@ -205,37 +205,15 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	args := make([]any, 9, 15)
-	args[0], args[1], args[2], args[3] = enc, item, p.cfg.Bound, job.cost()
-	for i, a := range adm {
-		args[4+i] = a
-	}
-	// The arguments that most jobs leave at their defaults, sent only up
-	// to the last one that is not (queue_enqueue.lua).
-	opt := [5]any{"", "", "", recordID, p.cfg.now()}
-	if p.cfg.TenantBound > 0 {
-		opt[0] = p.cfg.TenantBound
-	}
-	if weight != 1 {
-		opt[1] = weight
-	}
+	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
+	class := ""
 	if job.Class != defaultClass {
-		opt[2] = job.Class
+		class = job.Class
 	}
-	n := len(opt)
-	for n > 0 && opt[n-1] == "" {
-		n--
-	}
-	args = append(args, opt[:n]...)
-	// So are the keys that only those arguments use: each key costs
-	// redis-server about 1,300 instructions to hand the script.
-	ks := []string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids}
-	need := [...]bool{alg != "", opt[1] != "", opt[2] != "", opt[3] != ""}
-	m := len(ks)
-	for m > 5 && !need[m-6] {
-		m--
-	}
-	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client, ks[:m], args...).Int64Slice()
+	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},
+		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
+		p.cfg.TenantBound, weight, class, recordID, p.cfg.now()).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}

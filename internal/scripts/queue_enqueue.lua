@@ -10,33 +10,29 @@
 -- jobs in the waiting room.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
--- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of tenants with work, 3 set of tenants in the
---          ring or asleep, 4 the tenant's list (its length is the
---          tenant's backlog), 5 asynq's pending list; then, each left
---          off where nothing after it is needed: 6 the tenant's
---          admission state (for a tenant with a policy), 7 weights hash
---          (for a weight), 8 per-class count of waiting jobs (for a
---          class), 9 ids hash (job id -> how many jobs of that id are
---          waiting; for an id the producer chose)
+-- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of
+--          tenants with work, 3 set of tenants in the ring or asleep,
+--          4 the tenant's list (its length is the tenant's backlog),
+--          5 asynq's pending list, 6 the tenant's admission state (unused
+--          for a tenant without a policy), 7 weights hash, 8 per-class
+--          count of waiting jobs, 9 ids hash (job id -> how many jobs of
+--          that id are waiting)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
---          for a tenant without one; then, each left off (or "") where
---          it is the default and nothing after it is set: 10 tenant bound
---          (none), 11 weight (1, which is not stored), 12 the tenant's
---          metrics class ("default", which is not counted), 13 the job's
---          id (an id the producer chose, which is not recorded), 14 now in
---          µs (the server's TIME).
---          The common job sends nine (about 1% less of redis-server's
---          work than sixteen, bench/cmd/instr) and five or six keys.
+--          for a tenant without one, 10 tenant bound (0: none),
+--          11 weight (1 is not stored), 12 the tenant's metrics class (""
+--          for "default", which is not counted), 13 the job's id ("" for
+--          an id the producer chose, which is not recorded), 14 now in µs
+--          ("" for the server's TIME)
 -- Returns  {0, depth after, remaining, reset µs} admitted and queued
 --          {1, depth, bound, 0}         queue full
 --          {2, tenant depth, tenant bound, 0} tenant's backlog full
 --          {3, remaining, reset µs, retry µs} refused by admission
 --          {4, 0, 0, 0}                 a job of that id is waiting
 -- (depth here: the room's and asynq's pending list's together)
-local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13] or ''
-local tbound = tonumber(ARGV[10] or '') or 0
+local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13]
+local tbound = tonumber(ARGV[10])
 -- The id is recorded first and the depth counted first, each in the one
 -- command that also checks it; a refusal below takes them back, so that
 -- the common case, an accepted job, costs no extra command.
@@ -67,10 +63,9 @@ end
 if redis.call('RPUSH', KEYS[4], ARGV[2]) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
   redis.call('RPUSH', KEYS[2], tenant)
 end
--- The producer sends a weight and a class only when they are not the
--- defaults (1, not stored; "default", not counted: its count is the depth
--- less the others', queue.readStats), which saves a command on most jobs.
-local weight, class = ARGV[11] or '', ARGV[12] or ''
-if weight ~= '' then redis.call('HSET', KEYS[7], tenant, weight) end
-if class ~= '' then redis.call('HINCRBY', KEYS[8], class, 1) end
+-- The default weight (1) is not stored and the default class not counted
+-- (its count is the depth less the others', queue.readStats), which saves
+-- a command on most jobs.
+if ARGV[11] ~= '1' then redis.call('HSET', KEYS[7], tenant, ARGV[11]) end
+if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
 return {0, depth + 1, d[2], d[3]}
