@@ -33,9 +33,8 @@ type RedisOptions struct {
 // using the same server or cluster. Each call is one Lua script (one round
 // trip, atomic) decided on the server's clock. Safe for concurrent use.
 //
-// Key names are Prefix + ":" + short algorithm name + (":" + the state
-// format's version, when it has one: see scripts.StateVersion) + ":{" +
-// encoded key + "}", such as "sluice:rl:gcra:v2:{=tenant-1}": one hash tag
+// Key names are Prefix + ":" + short algorithm name + ":{" + encoded key
+// + "}", such as "sluice:rl:gcra:{=tenant-1}": one hash tag
 // per limited key, so any key works on Redis Cluster;
 // keys of any bytes and any length are encoded injectively (see
 // internal/keyspace). Every key written has a TTL that ends when its state
@@ -80,9 +79,6 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 		r.script, r.kind = scripts.TokenBucket, "tb"
 	case GCRA:
 		r.script, r.kind = scripts.GCRA, "gcra"
-	}
-	if v := scripts.StateVersion[string(p.Algorithm)]; v != "" {
-		r.kind += ":" + v
 	}
 	r.args, _ = p.ScriptArgs() // compile succeeded above
 	return r, nil

@@ -45,7 +45,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
 			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
-			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, cfg.Queue, 0).Slice()
+			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, "").Slice()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,7 +74,6 @@ func benchClaim(b *testing.B, tenants, batch int) {
 			if err := client.FlushAll(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			workersStarted(b, client, k)
 			for j := 0; j < 20*batch; j++ {
 				if _, err := p.Enqueue(ctx, Job{Tenant: fmt.Sprintf("t%d", j%tenants), Type: "noop", Payload: payload}); err != nil {
 					b.Fatal(err)
@@ -139,7 +138,6 @@ func BenchmarkEnqueueScript(b *testing.B) {
 	if err := client.FlushAll(ctx).Err(); err != nil {
 		b.Fatal(err)
 	}
-	workersStarted(b, client, p.keys)
 	b.ResetTimer()
 	before := evalUsec(b, client)
 	for i := 0; i < b.N; i++ {
@@ -158,14 +156,4 @@ func BenchmarkEnqueueScript(b *testing.B) {
 	theirs := evalUsec(b, client) - before
 	b.ReportMetric(float64(ours)/float64(b.N), "redis-µs/job")
 	b.ReportMetric(float64(theirs)/float64(b.N), "asynq-redis-µs/job")
-}
-
-// workersStarted records on a flushed server what a worker's start does
-// (Server.Start), as in any deployment past its first start: producers
-// then queue this version's entries (Job.item), not bare envelopes.
-func workersStarted(b *testing.B, client redis.UniversalClient, k keys) {
-	b.Helper()
-	if err := client.HSet(context.Background(), k.meta, entriesField, entriesVersion).Err(); err != nil {
-		b.Fatal(err)
-	}
 }

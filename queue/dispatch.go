@@ -62,7 +62,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	s.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
-		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.cfg.Queue, s.retention).Slice()
+		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.retention).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -80,6 +80,10 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		enc, _ := v[1].(string)
 		it, _ := v[2].(string)
 		return 0, s.checkAndTake(ctx, enc, it)
+	case 4: // text that is no entry
+		enc, _ := v[1].(string)
+		text, _ := v[2].(string)
+		return 0, s.handOverUndecodable(ctx, enc, text)
 	}
 	n, _ := v[1].(int64)
 	s.cfg.Metrics.handedOver(int(n))
@@ -98,8 +102,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	k := s.keys
 	// A job that cannot be read has no throttle to check: it is taken, and
-	// asynq archives it (queue_handover.lua), rather than stopping every
-	// claim behind it.
+	// asynq archives it, rather than stopping every claim behind it.
 	job, err := decodeItem(it)
 	if err != nil {
 		job = &Job{}
@@ -124,10 +127,34 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
 		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
-		it, s.cfg.now(), k.asynqTask, s.cfg.Queue, s.retention).Int()
+		it, s.cfg.now(), k.asynqTask, s.retention).Int()
 	if err != nil || taken == 0 {
 		return err // taken == 0: another dispatcher took it first
 	}
 	s.cfg.Metrics.handedOver(1)
+	return nil
+}
+
+// undecodableType is the task type under which text found in a tenant's
+// list that is no entry is handed to asynq.
+const undecodableType = "sluice.undecodable"
+
+// handOverUndecodable hands text at the head of a tenant's list that is no
+// entry (no Producer writes such text; an operator or a bug might) to
+// asynq in its place, as the payload of a task of type sluice.undecodable,
+// rather than let it stop every claim behind it. The worker cannot decode
+// it and asynq archives it, where asynqmon shows it.
+func (s *Server) handOverUndecodable(ctx context.Context, enc, text string) error {
+	k := s.keys
+	j := Job{ID: "undecodable-" + randomHex(8), Nonce: randomHex(8)}
+	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), s.cfg.Queue, 0, int64(j.timeout()/time.Second))
+	taken, err := scripts.QueueTake.Run(ctx, s.client,
+		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
+		text, s.cfg.now(), k.asynqTask, s.retention, in).Int()
+	if err != nil || taken == 0 {
+		return err // taken == 0: another dispatcher took it first
+	}
+	s.log.Warn("sluice: dispatcher: text in a tenant's list is no job; handed to asynq to archive",
+		"queue", s.cfg.Queue, "task", j.taskID())
 	return nil
 }

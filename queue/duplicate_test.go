@@ -21,7 +21,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // roomKeys lists every key of p's waiting room that an enqueue for tenants
@@ -453,65 +452,6 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 			if n := idCount(t, client, p, id); n != want {
 				t.Errorf("id %s counted %d times; want %d", id, n, want)
 			}
-		}
-	})
-}
-
-// TestEnvelopeWithoutNonce: a job enqueued before nonces existed (its
-// envelope has none, its key is its bare id, and no id was recorded for
-// it) is drained as before and leaves no count behind.
-func TestEnvelopeWithoutNonce(t *testing.T) {
-	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		old := Job{ID: "old-1", Tenant: "a", Type: "x", Payload: []byte("old"), EnqueuedAt: time.Now().UTC(), Class: "default"}
-		env, err := old.encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(env, "nonce") {
-			t.Fatalf("envelope %s", env)
-		}
-		// What the enqueue script wrote then.
-		k := p.keys
-		enc, list, _ := k.tenant("a")
-		pipe := client.TxPipeline()
-		pipe.RPush(ctx, list, env)
-		pipe.SAdd(ctx, k.members, enc)
-		pipe.RPush(ctx, k.ring, enc)
-		pipe.HIncrBy(ctx, k.meta, "depth", 1)
-		pipe.HIncrBy(ctx, k.cdepth, "default", 1)
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		// The claim hands it over under its bare id.
-		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
-			10, k.tenantPrefix, "", 32, "0", k.asynqTask, cfg.Queue, 3600).Slice()
-		if err != nil || len(v) != 3 || v[0] != int64(3) || v[1] != int64(1) {
-			t.Fatalf("claim: %v, %v; want one job handed over", v, err)
-		}
-		if pending, err := client.LRange(ctx, k.asynqPending, 0, -1).Result(); err != nil || len(pending) != 1 || pending[0] != "sluice:old-1:0" {
-			t.Fatalf("asynq's pending list: %q, %v; want the bare id's task", pending, err)
-		}
-		if n, err := client.Exists(ctx, k.asynqTask+"sluice:old-1:0").Result(); err != nil || n != 1 {
-			t.Fatalf("asynq task sluice:old-1:0: %d, %v; want it", n, err)
-		}
-		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
-		waitFor(t, 10*time.Second, "the old job to run and the queue to empty", func() bool {
-			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, k.ids).Result()
-			return rec.count() == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0
-		})
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		if j := rec.order[0]; j.ID != "old-1" || j.Nonce != "" || string(j.Payload) != "old" {
-			t.Fatalf("ran %+v", j)
 		}
 	})
 }

@@ -740,8 +740,8 @@ func FuzzDecodeItem(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, seed := range []string{it, msg, "sluice2\t", "sluice2\t1:2:3:4\tc\t", "sluice2\t99:1:0:0\tc\tshort",
-		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
+	for _, seed := range []string{it, msg, "c\t", "c\t1:2\t", "c\t99:1\tshort", "c\t0:0\t\x12\x7f{}",
+		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", "c\t0:0\t\x0a\x01x\x12\x7f{}", "c\t0:0\t\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, entry string) {

@@ -3,7 +3,6 @@ package queue
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -27,9 +26,7 @@ import (
 // pending list), for jobs that use every field the hand-over sets: the
 // defaults, no retries, retries used up, timeouts under a second and of
 // hours, later hand-overs, payloads whose lengths take one to three
-// bytes to write; from this version's entries (queue.Job.item) and from
-// bare envelopes, as earlier versions queued them. A change of asynq's
-// storage fails here first.
+// bytes to write. A change of asynq's storage fails here first.
 func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 	jobs := []Job{
 		{ID: "defaults", Tenant: "a", Type: "x"},
@@ -50,8 +47,6 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 			for _, retention := range []time.Duration{0, time.Hour} {
 				job.Nonce = fmt.Sprintf("%016x", i)
 				job.EnqueuedAt = time.Now().UTC()
-				// Default-class jobs queue the bare message, others a
-				// header and the message.
 				job.Class = "default"
 				if i%2 == 1 {
 					job.Class = "gold"
@@ -64,26 +59,19 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// This version's entries, and bare envelopes as earlier
-				// versions wrote them, which the claim still hands over.
-				var msgs, since []string
 				task := job.taskID()
-				for _, entry := range []string{item, env} {
-					_, list, _ := k.tenant(job.Tenant)
-					if err := client.RPush(ctx, list, entry).Err(); err != nil {
-						t.Fatal(err)
-					}
-					taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
-						entry, "", k.asynqTask, cfg.Queue, int64(retention.Seconds())).Int()
-					if err != nil || taken != 1 {
-						t.Fatalf("take %s: %d, %v", job.ID, taken, err)
-					}
-					ours := takeTask(t, client, k, task)
-					if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
-						t.Errorf("job %s: task hash %v", job.ID, ours)
-					}
-					msgs = append(msgs, ours["msg"])
-					since = append(since, ours["pending_since"])
+				_, list, _ := k.tenant(job.Tenant)
+				if err := client.RPush(ctx, list, item).Err(); err != nil {
+					t.Fatal(err)
+				}
+				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
+					item, "", k.asynqTask, retentionField(retention)).Int()
+				if err != nil || taken != 1 {
+					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
+				}
+				ours := takeTask(t, client, k, task)
+				if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
+					t.Errorf("job %s: task hash %v", job.ID, ours)
 				}
 				if got, err := decodeItem(item); err != nil || got.ID != job.ID || got.Moves != job.Moves || !bytes.Equal(got.Payload, job.Payload) {
 					t.Errorf("decodeItem(item of %s): %+v, %v", job.ID, got, err)
@@ -101,13 +89,11 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 					t.Fatal(err)
 				}
 				theirs := takeTask(t, client, k, task)
-				for i, form := range []string{"item", "envelope"} {
-					if msgs[i] != theirs["msg"] {
-						t.Errorf("job %s, retention %v, from an %s: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, form, msgs[i], theirs["msg"])
-					}
-					if len(since[i]) != len(theirs["pending_since"]) {
-						t.Errorf("job %s, from an %s: pending_since %q; asynq's Client writes %q", job.ID, form, since[i], theirs["pending_since"])
-					}
+				if ours["msg"] != theirs["msg"] {
+					t.Errorf("job %s, retention %v: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, ours["msg"], theirs["msg"])
+				}
+				if len(ours["pending_since"]) != len(theirs["pending_since"]) {
+					t.Errorf("job %s: pending_since %q; asynq's Client writes %q", job.ID, ours["pending_since"], theirs["pending_since"])
 				}
 				if theirs["state"] != "pending" || len(theirs) != 3 {
 					t.Errorf("job %s: asynq's Client writes %v", job.ID, theirs)
@@ -319,274 +305,134 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestEarlierKeyLayoutRefused: jobs waiting under the key layout before
-// the queue's keys took asynq's hash tag would never be drained: Start
-// refuses, naming the queue, the count and the key. Jobs of that layout
-// handed to asynq already run all the same, so they are not counted.
-func TestEarlierKeyLayoutRefused(t *testing.T) {
+// TestUndecodableEntryArchived: text in a tenant's list that is no entry
+// (nothing a Producer writes: JSON, a task message without the header,
+// headers that point past the end or at a task id that is not sluice's)
+// does not block the claims behind it, whether the claim shows each job
+// to the dispatcher (a server with a throttle) or pops a batch at once
+// (without). The dispatcher hands it over as a task of type
+// sluice.undecodable with the text as its payload, the worker cannot
+// decode it, and asynq archives it, where asynqmon shows it. So does an
+// entry whose envelope the worker cannot read. The jobs around them run,
+// and the counts end at zero.
+func TestUndecodableEntryArchived(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		ctx := context.Background()
-		cfg := testConfig(t, 100)
-		s, err := NewServer(client, ServerConfig{Config: cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		meta := "sluice:q:meta:{=" + cfg.Queue + "}"
-		handed := "sluice:q:handed:{=" + cfg.Queue + "}"
-		if s.keys.legacyMeta != meta || s.keys.legacyHanded != handed || s.keys.meta != "sluice:q:meta:{"+cfg.Queue+"}" {
-			t.Fatalf("keys %q %q %q", s.keys.legacyMeta, s.keys.legacyHanded, s.keys.meta)
-		}
-		if err := client.HSet(ctx, meta, "depth", 2).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := client.ZAdd(ctx, handed, redis.Z{Score: 1, Member: "a@1"}, redis.Z{Score: 2, Member: "b@2"}).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.checkLegacy(ctx); err != nil {
-			t.Fatalf("two jobs of the earlier layout, both handed to asynq: %v; want no refusal", err)
-		}
-		if err := client.HSet(ctx, meta, "depth", 5).Err(); err != nil {
-			t.Fatal(err)
-		}
-		err = s.Start(HandlerFunc(func(context.Context, *Job) error { return nil }))
-		if err == nil {
-			s.Shutdown()
-			t.Fatal("Start with 3 jobs waiting in the earlier layout: no error")
-		}
-		for _, want := range []string{cfg.Queue, "3 jobs", meta} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q does not say %q", err, want)
-			}
-		}
-		if errors.Is(err, context.Canceled) {
-			t.Fatal(err)
+		for _, withThrottle := range []bool{true, false} {
+			t.Run(fmt.Sprintf("throttle=%v", withThrottle), func(t *testing.T) {
+				testUndecodableEntryArchived(t, client, withThrottle)
+			})
 		}
 	})
 }
 
-// TestUndecodableEnvelopeArchived: text in a tenant's list that is not an
-// envelope sluice wrote (not JSON, an id or a type a producer would have
-// refused, or none) does not block the claims behind it: it is handed over as
-// sluice.undecodable, the worker cannot decode it either, and asynq
-// archives it, where asynqmon shows it. The jobs around it run, and the
-// counts end at zero.
-func TestUndecodableEnvelopeArchived(t *testing.T) {
-	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		ctx := context.Background()
-		cfg, p := testProducer(t, client, 100)
-		k := p.keys
-		_, list, _ := k.tenant("a")
-		bad := []string{"not json", `{"id":"has space","type":"x"}`, `{"id":"ok","type":"bad type!"}`, `[1,2]`,
-			`{"id":"","type":"x"}`, `{"type":"x"}`,
-			// Text that starts as a task message does and is none: cut
-			// short, a length past the end, a varint that never ends, a
-			// field out of order, a task id of another kind, sluice's
-			// with no '@' or nothing before it.
-			"\x0a", "\x0a\x05ab", "\x0a\x01x\x12\x7f{}", "\x0a\x01x\x12\xff\xff\xff\xff\xff\xff",
-			"\x0a\x01x\x1a\x02{}", "\x0a\x01x\x12\x02{}\x1a\x03abc",
-			"\x0a\x01x\x12\x02{}\x1a\x09sluice:ab", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:@b@c",
-			// Lua reads it, Go does not (no tenant): the dispatcher, which
-			// checks the throttle of jobs that name a downstream, cannot
-			// read it, and takes it unchecked.
-			`{"id":"no-tenant","type":"x","downstream":"api"}`}
-		if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		// What an enqueue would have counted for them (the default class
-		// is the depth less the other classes).
-		pipe := client.TxPipeline()
-		for _, b := range bad {
-			pipe.RPush(ctx, list, b)
-			pipe.HIncrBy(ctx, k.meta, "depth", 1)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatal(err)
-		}
+func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, withThrottle bool) {
+	ctx := context.Background()
+	cfg, p := testProducer(t, client, 100)
+	k := p.keys
+	_, list, _ := k.tenant("a")
+	// An entry the claim reads whose envelope has no tenant: with a
+	// throttle, the dispatcher cannot read it to check the downstream it
+	// names, and takes it unchecked.
+	noTenant := `{"id":"no-tenant","type":"x","downstream":"api"}`
+	bad := []string{"not json", `{"id":"a","tenant":"a","type":"x"}`, `[1,2]`,
+		"\x0a", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:a@b:0",
+		"default\t0:3\tabc", "gold\t5:40\tshort", "x\t0:9\tsluice:ab", "x\t0:10\tsluice:@bc",
+		"\t0:1\tx", "x\t0:1", "x\t0:1\t",
+		entry(defaultClass, "x", []byte(noTenant), "sluice:no-tenant@00:0", cfg.Queue, 0, 1800)}
+	want := append(bad[:len(bad)-1:len(bad)-1], noTenant)
+	if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	// What an enqueue would have counted for them (the default class is
+	// the depth less the other classes).
+	pipe := client.TxPipeline()
+	for _, b := range bad {
+		pipe.RPush(ctx, list, b)
+		pipe.HIncrBy(ctx, k.meta, "depth", 1)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	scfg := ServerConfig{Config: cfg, Concurrency: 2}
+	if withThrottle {
 		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer th.Close()
-		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
-			Downstreams: func(name string) (Downstream, bool) {
-				return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"
-			}}, rec)
-		ins := asynq.NewInspectorFromRedisClient(client)
-		waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
-			archived, err := ins.ListArchivedTasks(cfg.Queue)
-			return rec.count() == 2 && err == nil && len(archived) == len(bad)
-		})
+		scfg.Throttle = th
+		scfg.Downstreams = func(name string) (Downstream, bool) {
+			return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"
+		}
+	}
+	rec := newRecorder()
+	startServer(t, client, scfg, rec)
+	ins := asynq.NewInspectorFromRedisClient(client)
+	waitFor(t, 20*time.Second, "both jobs to run and the undecodable ones to be archived", func() bool {
 		archived, err := ins.ListArchivedTasks(cfg.Queue)
-		if err != nil {
-			t.Fatal(err)
-		}
-		payloads := map[string]bool{}
-		for _, ti := range archived {
-			payloads[string(ti.Payload)] = true
-			if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
-				t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
-			}
-		}
-		for _, b := range bad {
-			if !payloads[b] {
-				t.Errorf("%q is not among the archived tasks' payloads", b)
-			}
-		}
-		waitFor(t, 5*time.Second, "the counts to reach zero", func() bool {
-			st, err := p.Stats(ctx)
-			return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
-		})
+		return rec.count() == 2 && err == nil && len(archived) == len(bad)
 	})
-}
-
-// TestEarlierHandedOverCountedOut: earlier versions kept a handed-over job
-// in the depth and its id in the ids hash until a worker took it, with a
-// record of their own: a sorted set in hand-over order and a hash of
-// "<task id> <tenant> <id> <class>" (that version also counted the job in
-// its class, and per tenant), then a list of "<task id> <id>". At start
-// the records' jobs leave those counts and the records go; asynq's pending
-// list, which holds the tasks, counts them from then on. Jobs waiting in
-// the room keep their counts.
-func TestEarlierHandedOverCountedOut(t *testing.T) {
-	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		ctx := context.Background()
-		cfg, p := testProducer(t, client, 100)
-		k := p.keys
-		ids := []string{"j0", "j1", "j2", "j3"}
-		s, tasks := handOverAll(t, client, cfg, p, ids...)
-		if _, err := p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"}); err != nil {
-			t.Fatal(err)
+	archived, err := ins.ListArchivedTasks(cfg.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[string]bool{}
+	for _, ti := range archived {
+		payloads[string(ti.Payload)] = true
+		if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
+			t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
 		}
-		// j0 and j1 as the sorted-set version recorded them, j2 and j3 as
-		// the handover-list version did, with what each counted for them.
-		enc, _, _ := k.tenant("a")
-		for i, task := range tasks {
-			if i < 2 {
-				key := strings.TrimSuffix(strings.TrimPrefix(task, "sluice:"), ":0")
-				if err := client.ZAdd(ctx, k.oldHanded, redis.Z{Score: float64(1000 + i), Member: key}).Err(); err != nil {
-					t.Fatal(err)
-				}
-				if err := client.HSet(ctx, k.oldHinfo, key, task+" "+enc+" "+ids[i]+" default").Err(); err != nil {
-					t.Fatal(err)
-				}
-				if err := client.HIncrBy(ctx, k.cdepth, "default", 1).Err(); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := client.RPush(ctx, k.oldHandover, task+" "+ids[i]).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := client.HSet(ctx, k.ids, ids[i], 1).Err(); err != nil {
-				t.Fatal(err)
-			}
+		if string(ti.Payload) != noTenant && ti.Type != undecodableType {
+			t.Errorf("archived task %s of type %s; want %s", ti.ID, ti.Type, undecodableType)
 		}
-		if err := client.HIncrBy(ctx, k.meta, "depth", 4).Err(); err != nil {
-			t.Fatal(err)
+	}
+	for _, w := range want {
+		if !payloads[w] {
+			t.Errorf("%q is not among the archived tasks' payloads", w)
 		}
-		if err := client.HSet(ctx, k.oldTdepth, enc, 5).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.checkLegacy(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if n, err := client.Exists(ctx, k.oldHanded, k.oldHinfo, k.oldTdepth, k.oldHandover).Result(); err != nil || n != 0 {
-			t.Fatalf("%d earlier keys left, %v; want none", n, err)
-		}
-		if got, err := client.HGetAll(ctx, k.ids).Result(); err != nil || len(got) != 1 || got["j4"] != "1" {
-			t.Fatalf("ids %v, %v; want only the waiting j4", got, err)
-		}
-		// The default class's count, which this version derives from the
-		// depth, goes too.
-		if n, err := client.HExists(ctx, k.cdepth, "default").Result(); err != nil || n {
-			t.Fatalf("the earlier count of class default is still there (%v)", err)
-		}
+	}
+	waitFor(t, 5*time.Second, "the counts to reach zero", func() bool {
 		st, err := p.Stats(ctx)
-		if err != nil || st.Depth != 5 || st.HandedOver != 4 || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {
-			t.Fatalf("stats %+v, %v; want depth 5 (j4 waiting, 4 in asynq's pending list), one job in class default", st, err)
-		}
-		if d, err := client.HGet(ctx, k.meta, "depth").Int(); err != nil || d != 1 {
-			t.Fatalf("the room's depth %d, %v; want 1", d, err)
-		}
-		// Once more changes nothing.
-		if err := s.checkLegacy(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if st2, err := p.Stats(ctx); err != nil || st2.Depth != 5 {
-			t.Fatalf("after a second start: %+v, %v; want depth 5", st2, err)
-		}
+		return err == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0
 	})
 }
 
-// TestEntriesFollowTheWorkers: until a worker of this version has started
-// on a queue, producers queue bare envelopes, which workers of earlier
-// versions read too; from then on, entries with the asynq message built
-// (Job.item). Jobs of both kinds, and of a throttled job put back, run
-// once, with their payloads, on this version's worker.
-func TestEntriesFollowTheWorkers(t *testing.T) {
+// TestPutBackJobRunsAgain: a job its handler reschedules goes back to the
+// waiting room as an entry (Job.item) and runs again, with its payload.
+func TestPutBackJobRunsAgain(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
 		_, list, _ := p.keys.tenant("a")
-		enqueue := func(id string) string {
-			t.Helper()
+		for _, id := range []string{"first", "moved"} {
 			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x", Payload: []byte("payload of " + id)}); err != nil {
 				t.Fatal(err)
 			}
-			entry, err := client.LIndex(ctx, list, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return entry
 		}
-		before := enqueue("before")
-		if j, err := decodeJob([]byte(before)); err != nil || j.ID != "before" {
-			t.Fatalf("entry before any worker %q: %v, %v; want the bare envelope", before, j, err)
+		entry, err := client.LIndex(ctx, list, -1).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, err := decodeItem(entry); err != nil || j.ID != "moved" || string(j.Payload) != "payload of moved" {
+			t.Fatalf("decodeItem: %+v, %v", j, err)
 		}
 		rec := newRecorder()
 		moved := false
 		rec.err = func(j *Job) error {
-			if j.ID == "after" && !moved {
+			if j.ID == "moved" && !moved {
 				moved = true
 				return Reschedule(time.Millisecond, "test")
 			}
 			return nil
 		}
-		s, err := NewServer(client, ServerConfig{Config: cfg, Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// What Start does first; the jobs stay put until it goes on.
-		if err := s.checkLegacy(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := client.HGet(ctx, p.keys.meta, entriesField).Result(); err != nil || v != entriesVersion {
-			t.Fatalf("meta entries %q, %v; want 2 once a worker has started", v, err)
-		}
-		after := enqueue("after")
-		if !strings.HasPrefix(after, "\x0a\x01x\x12") {
-			t.Fatalf("entry after a worker started %.40q; want an item: a default-class job's is its asynq message", after)
-		}
-		if j, err := decodeItem(after); err != nil || j.ID != "after" || string(j.Payload) != "payload of after" {
-			t.Fatalf("decodeItem: %+v, %v", j, err)
-		}
-		// The producer remembers it, and its enqueues no longer read the
-		// field: not even a field deleted under it, which only an
-		// operator going back to an earlier version does, with the
-		// producers stopped first (docs/queue.md, Upgrading).
-		if !p.entries.Load() {
-			t.Fatal("the producer did not remember that a worker of this version started")
-		}
-		if err := s.Start(rec); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Shutdown)
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, rec)
 		waitFor(t, 10*time.Second, "both jobs to run", func() bool {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
-			return rec.runs["before"] == 1 && rec.runs["after"] == 2
+			return rec.runs["first"] == 1 && rec.runs["moved"] == 2
 		})
 		rec.mu.Lock()
 		defer rec.mu.Unlock()

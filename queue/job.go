@@ -27,7 +27,6 @@
 package queue
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,10 +234,9 @@ func (j *Job) maxRetry() int {
 	return j.MaxRetry
 }
 
-// defaultClass is the metrics class of tenants whose policy names none;
-// queue_handover.lua counts entries without a header in it. The scripts
-// spell it too: they keep no count of it in the per-class hash
-// (readStats derives it from the depth).
+// defaultClass is the metrics class of tenants whose policy names none.
+// The scripts spell it too: they keep no count of it in the per-class
+// hash (readStats derives it from the depth).
 const defaultClass = "default"
 
 // class is the job's metrics class as the queue's counts record it.
@@ -257,33 +255,20 @@ func (j *Job) timeout() time.Duration {
 }
 
 // key names this enqueue of the job (in its asynq task ids): <id>@<nonce>,
-// '@' being no character of an id. Envelopes written before nonces existed
-// have none; their key is the id, as it was then.
+// '@' being no character of an id.
 func (j *Job) key() string {
-	if j.Nonce == "" {
-		return j.ID
-	}
 	return j.ID + "@" + j.Nonce
 }
 
-// taskID is the asynq task id of the job's current hand-over, as
-// queue_handover.lua writes it (that script computes it, and maxRetry and
-// timeout, itself; TestHandOverWritesWhatAsynqWrites holds the two equal):
-// no other hand-over, even of a job of the same ID, shares it.
+// taskID is the asynq task id of the job's current hand-over: no other
+// hand-over, even of a job of the same ID, shares it.
 func (j *Job) taskID() string {
 	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
 }
 
 // envelope writes the job's envelope: JSON of the Job. It travels as the
 // asynq task's payload, inside the job's waiting-room entry (item).
-func (j *Job) envelope() ([]byte, error) {
-	size := 200 + len(j.ID) + len(j.Nonce) + len(j.Tenant) + len(j.Type) + len(j.Downstream) + len(j.Class) +
-		base64.StdEncoding.EncodedLen(len(j.Payload))
-	if b, ok := j.appendEnvelope(make([]byte, 0, size)); ok {
-		return b, nil
-	}
-	return json.Marshal(j)
-}
+func (j *Job) envelope() ([]byte, error) { return json.Marshal(j) }
 
 // encode is envelope as a string.
 func (j *Job) encode() (string, error) {
@@ -291,15 +276,11 @@ func (j *Job) encode() (string, error) {
 	return string(b), err
 }
 
-// decodeJob decodes an envelope: those encode writes by parseEnvelope,
-// anything else by encoding/json.
+// decodeJob decodes an envelope.
 func decodeJob(s []byte) (*Job, error) {
 	var j Job
-	if !parseEnvelope(s, &j) {
-		j = Job{}
-		if err := json.Unmarshal(s, &j); err != nil {
-			return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
-		}
+	if err := json.Unmarshal(s, &j); err != nil {
+		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // DefaultPrefix starts every key of the waiting room.
@@ -21,14 +20,6 @@ type keys struct {
 	tenantPrefix, admPrefix                                 string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
-	// legacyMeta and legacyHanded are keys of the layout before the tag
-	// was asynq's ({=Q}); a waiting room there is refused at start.
-	legacyMeta, legacyHanded string
-	// Earlier versions recorded handed-over jobs in oldHanded and
-	// oldHinfo (a sorted set and a hash, with per-tenant counts in
-	// oldTdepth), then in oldHandover (a list); Server.Start takes them
-	// out of the counts and deletes them (queue_migrate.lua).
-	oldHanded, oldHinfo, oldTdepth, oldHandover string
 }
 
 func newKeys(prefix, queue string) (keys, error) {
@@ -37,8 +28,6 @@ func newKeys(prefix, queue string) (keys, error) {
 	}
 	tag := ":{" + queue + "}"
 	k := func(kind string) string { return prefix + ":" + kind + tag }
-	legacyMeta, _ := keyspace.Key(prefix, "meta", queue)
-	legacyHanded, _ := keyspace.Key(prefix, "handed", queue)
 	return keys{
 		meta:         k("meta"),
 		cdepth:       k("cdepth"),
@@ -52,12 +41,6 @@ func newKeys(prefix, queue string) (keys, error) {
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
 		asynqTask:    "asynq:{" + queue + "}:t:",
-		legacyMeta:   legacyMeta,
-		legacyHanded: legacyHanded,
-		oldHanded:    k("handed"),
-		oldHinfo:     k("hinfo"),
-		oldTdepth:    k("tdepth"),
-		oldHandover:  k("handover"),
 	}, nil
 }
 
@@ -70,13 +53,7 @@ func (k keys) tenant(id string) (enc, list string, err error) {
 	return enc, k.tenantPrefix + enc, nil
 }
 
-// admission returns the key of a tenant's admission state under alg:
-// admPrefix + alg + (":" + the state format's version, when it has one) +
-// ":" + enc, so that a key in an earlier format is never read as the
-// current one (see scripts.StateVersion).
+// admission returns the key of a tenant's admission state under alg.
 func (k keys) admission(alg, enc string) string {
-	if v := scripts.StateVersion[alg]; v != "" {
-		return k.admPrefix + alg + ":" + v + ":" + enc
-	}
 	return k.admPrefix + alg + ":" + enc
 }

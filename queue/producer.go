@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -105,12 +104,6 @@ type Producer struct {
 	cfg    Config
 	keys   keys
 	args   sync.Map // algorithms.Policy -> [5]string
-	// entries is set once an enqueue has seen the meta hash's entries
-	// field at entriesVersion: a worker that reads this version's entries
-	// has started on the queue, and the enqueue script need not read the
-	// field again (docs/queue.md, Upgrading: going back to an earlier
-	// version stops the producers first).
-	entries atomic.Bool
 }
 
 // NewProducer returns a Producer on client for cfg.
@@ -227,50 +220,19 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
-	args := make([]any, 9, 15)
-	args[0], args[1], args[2], args[3] = enc, item, p.cfg.Bound, job.cost()
-	for i, a := range adm {
-		args[4+i] = a
-	}
-	// The arguments that most jobs leave at their defaults, sent only up
-	// to the last one that is not (queue_enqueue.lua).
-	opt := [6]any{"", "", "", recordID, p.cfg.now(), ""}
-	if p.cfg.TenantBound > 0 {
-		opt[0] = p.cfg.TenantBound
-	}
-	if weight != 1 {
-		opt[1] = weight
-	}
+	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
+	class := ""
 	if job.Class != defaultClass {
-		opt[2] = job.Class
+		class = job.Class
 	}
-	if !p.entries.Load() {
-		// Until workers that read entries have started, the script
-		// queues the bare envelope instead.
-		env, err := itemEnvelope(item)
-		if err != nil {
-			return Receipt{}, err
-		}
-		opt[5] = env
-	}
-	n := len(opt)
-	for n > 0 && opt[n-1] == "" {
-		n--
-	}
-	args = append(args, opt[:n]...)
-	// So are the keys that only those arguments use: each key costs
-	// redis-server about 1,300 instructions to hand the script.
-	ks := []string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids}
-	need := [...]bool{alg != "", opt[1] != "", opt[2] != "", opt[3] != ""}
-	m := len(ks)
-	for m > 5 && !need[m-6] {
-		m--
-	}
-	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client, ks[:m], args...).Int64Slice()
+	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},
+		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
+		p.cfg.TenantBound, weight, class, recordID, p.cfg.now()).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
-	if len(v) != 5 {
+	if len(v) != 4 {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply of %d values", p.cfg.Queue, len(v))
 	}
 	capacity := int64(0)
@@ -279,9 +241,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	switch v[0] {
 	case 0:
-		if v[4] == 3 {
-			p.entries.Store(true)
-		}
 		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}
 		if tp.Admission != nil {
 			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: v[2], ResetAfter: time.Duration(v[3]) * time.Microsecond}
@@ -338,12 +297,11 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 	d, _ := depth.Int64()
 	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
 	// The scripts count every class but the default one (most jobs, one
-	// command less each); the default class has the rest of the depth. A
-	// "default" field left by an earlier version is not this count.
+	// command less each); the default class has the rest of the depth.
 	rest := d
 	for c, v := range classes.Val() {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		if c != defaultClass && n > 0 {
+		if n > 0 {
 			st.ByClass[c] = n
 			rest -= n
 		}

@@ -344,7 +344,7 @@ func TestManyTenants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"sluice:q:t:{" + scaleQueue + "}:" + enc, "sluice:q:adm:{" + scaleQueue + "}:token_bucket:v2:" + enc} {
+		for _, k := range []string{"sluice:q:t:{" + scaleQueue + "}:" + enc, "sluice:q:adm:{" + scaleQueue + "}:token_bucket:" + enc} {
 			if b, err := c.MemoryUsage(ctx, k, 0).Result(); err == nil {
 				t.Logf("MEMORY USAGE %s (tenant %q): %d B", k, scaleTenant(i), b)
 			}

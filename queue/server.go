@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +76,7 @@ type Server struct {
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
-	retention string // cfg.Retention in asynq's whole seconds
+	retention string // cfg.Retention as asynq's TaskMessage field (retentionField)
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
@@ -127,7 +126,7 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 	}
 	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
 		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
-		retention: strconv.FormatInt(int64(cfg.Retention.Seconds()), 10)}
+		retention: retentionField(cfg.Retention)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -148,13 +147,8 @@ func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) 
 	return s, nil
 }
 
-// Start starts processing with h and returns; Shutdown stops. It refuses
-// to start while jobs wait in the key layout of an earlier version of
-// sluice (see docs/queue.md, Upgrading).
+// Start starts processing with h and returns; Shutdown stops.
 func (s *Server) Start(h Handler) error {
-	if err := s.checkLegacy(context.Background()); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	// asynq's processor looks at its pending list as soon as it starts,
 	// and sleeps about PollInterval when it finds it empty: hand the
@@ -165,6 +159,10 @@ func (s *Server) Start(h Handler) error {
 		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
 	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+		if t.Type() == undecodableType { // see handOverUndecodable
+			s.left()
+			return fmt.Errorf("%w: text found in a tenant's list that is no job", asynq.SkipRetry)
+		}
 		return s.process(ctx, t, h)
 	})); err != nil {
 		cancel()
@@ -174,40 +172,6 @@ func (s *Server) Start(h Handler) error {
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
-	return nil
-}
-
-// checkLegacy refuses a queue whose waiting room holds jobs under the key
-// layout before the queue's keys took asynq's hash tag ({=Q} instead of
-// {Q}): this version would never drain them. It also takes the
-// handed-over jobs that earlier versions recorded out of the counts, and
-// tells producers that the queue's workers read this version's entries.
-func (s *Server) checkLegacy(ctx context.Context) error {
-	pipe := s.client.Pipeline()
-	depth := pipe.HGet(ctx, s.keys.legacyMeta, "depth")
-	handed := pipe.ZCard(ctx, s.keys.legacyHanded)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("sluice: queue %q: looking for an earlier key layout: %w", s.cfg.Queue, err)
-	}
-	d, _ := depth.Int64()
-	if waiting := d - handed.Val(); waiting > 0 {
-		return fmt.Errorf("sluice: queue %q: %d jobs wait in the key layout of an earlier sluice version (%s); "+
-			"drain them with that version's workers before starting this one (docs/queue.md, Upgrading)",
-			s.cfg.Queue, waiting, s.keys.legacyMeta)
-	}
-	// Earlier versions kept handed-over jobs in the depth and the ids
-	// until a worker took them, with records of their own; this one
-	// counts them in asynq's pending list.
-	k := s.keys
-	if err := scripts.QueueMigrate.Run(ctx, s.client, []string{k.oldHanded, k.oldHinfo, k.oldTdepth, k.oldHandover, k.cdepth, k.meta, k.ids}).Err(); err != nil {
-		return fmt.Errorf("sluice: queue %q: counting out the handed-over jobs of an earlier version: %w", s.cfg.Queue, err)
-	}
-	// From now on producers queue entries with the asynq message built
-	// (Job.item); until then they queue bare envelopes, which workers of
-	// earlier versions read too.
-	if err := s.client.HSet(ctx, k.meta, entriesField, entriesVersion).Err(); err != nil {
-		return fmt.Errorf("sluice: queue %q: %w", s.cfg.Queue, err)
-	}
 	return nil
 }
 

@@ -14,8 +14,7 @@ func (t *Throttle) pauseChannel() string { return t.prefix + ":pauses" }
 // more and ends at end (µs on the scripts' clock), as "d/end key" with d in
 // µs. Best effort: the pause itself is already in Redis, and a process that
 // misses the announcement only risks using a slot it booked before the
-// pause. (Processes that read only "d key" ignore this form, rather than
-// take the end for a length.)
+// pause.
 func (t *Throttle) publish(ctx context.Context, key string, d time.Duration, end int64) {
 	msg := strconv.FormatInt(int64(d/time.Microsecond), 10) + "/" + strconv.FormatInt(end, 10) + " " + key
 	if err := t.client.Publish(ctx, t.pauseChannel(), msg).Err(); err != nil {
@@ -56,25 +55,17 @@ func (t *Throttle) subscribe() {
 }
 
 // parseAnnouncement reads a message of publish, heard at now on the host's
-// clock. The older form "d key", without the end, gives only a guess of
-// the end on the host's clock.
+// clock.
 func parseAnnouncement(payload string, now time.Time) (string, pauseEnd, bool) {
 	head, key, ok := strings.Cut(payload, " ")
 	if !ok || key == "" {
 		return "", pauseEnd{}, false
 	}
-	us, at, withEnd := strings.Cut(head, "/")
-	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil || n <= 0 {
+	us, at, ok := strings.Cut(head, "/")
+	n, err1 := strconv.ParseInt(us, 10, 64)
+	end, err2 := strconv.ParseInt(at, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n <= 0 || end <= 0 {
 		return "", pauseEnd{}, false
 	}
-	until := now.Add(time.Duration(n) * time.Microsecond)
-	if !withEnd {
-		return key, pauseEnd{guess: until, expires: until}, true
-	}
-	end, err := strconv.ParseInt(at, 10, 64)
-	if err != nil || end <= 0 {
-		return "", pauseEnd{}, false
-	}
-	return key, pauseEnd{at: end, expires: until}, true
+	return key, pauseEnd{at: end, expires: now.Add(time.Duration(n) * time.Microsecond)}, true
 }

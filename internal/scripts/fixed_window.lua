@@ -5,9 +5,7 @@
 --           after µs, retry after µs}
 --           limit to pr arrive as strings (see AdmitFunctions).
 -- State     a string "w:c": w = window index (now / period), c = units
---           admitted in it. Read with GET, written with one SET PX. The
---           key's name carries the format's version (see StateVersion in
---           scripts.go).
+--           admitted in it. Read with GET, written with one SET PX.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   limit, period = tonumber(limit), tonumber(period)
   local w = math.floor(now / period)

@@ -8,8 +8,7 @@
 --           limit to pr arrive as strings (see AdmitFunctions).
 -- State     a string: "a:f" as above, or "a" alone when f = 0 (Redis then
 --           keeps it as an integer). Read with GET, written with one SET
---           PX. The key's name carries the format's version (see
---           StateVersion in scripts.go).
+--           PX.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   capacity, rl, pr = tonumber(capacity), tonumber(rl), tonumber(pr)
   local full = capacity * pr -- the burst tolerance, in 1/rl µs

@@ -2,7 +2,8 @@
 -- to asynq, up to a batch. A job that names a downstream, when the
 -- dispatcher must first check its throttle, is only shown, not taken (the
 -- batch stops there); the dispatcher then takes it with queue_take.lua or
--- puts its tenant to sleep. Tenants whose sleep has ended rejoin the
+-- puts its tenant to sleep. So is text that is no entry, which the
+-- dispatcher hands over in its place as a task for asynq to archive. Tenants whose sleep has ended rejoin the
 -- ring; tenants found with no work leave it. A taken job is written into
 -- asynq in this same step (hand_over) and leaves the waiting room's
 -- counts; asynq's pending list holds it until a worker takes it.
@@ -16,20 +17,21 @@
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
 --          if jobs that name a downstream must be shown, not taken,
---          6 asynq's task key prefix, 7 the queue's name, 8 asynq's
---          Retention (s)
+--          6 asynq's task key prefix, 7 asynq's TaskMessage field
+--          Retention, encoded ("" for none)
 -- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  {3, n, more}                 n jobs handed over; more is 1
 --                                       when the next claim should come
 --                                       at once (the batch was full and
 --                                       the prefetch has room, or a job
 --                                       to check is next), else 0
---          {1, tenant, envelope}        a job to check before taking
+--          {1, tenant, entry}           a job to check before taking
+--          {4, tenant, text}            text that is no entry
 --          {0, wait µs}                 nothing ready; the next sleeper
 --                                       wakes in wait µs (-1: none)
 --          {2, pending}                 prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
-  taskprefix = ARGV[6], queue = ARGV[7], retention = tonumber(ARGV[8])}
+  taskprefix = ARGV[6], retention = ARGV[7]}
 local now = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
@@ -57,10 +59,20 @@ while n < room and empties < 32 do
   if alone then
     alone = false
     head = redis.call('LPOP', list, room - n)
-    if head then
-      for _, h in ipairs(head) do hand_over(H, h, now) end
-      n = n + #head
+    for i, h in ipairs(head or {}) do
+      local task, class, msg = read(h)
+      if not task then
+        -- Text that is no entry goes back with the jobs behind it; the
+        -- dispatcher is shown it, now or after this batch.
+        for j = #head, i, -1 do redis.call('LPUSH', list, head[j]) end
+        if n == 0 then return {4, tenant, h} end
+        more = 1
+        break
+      end
+      hand_over(H, task, class, msg, now)
+      n = n + 1
     end
+    if more == 1 then break end
   else
     head = redis.call('LPOP', list)
   end
@@ -73,9 +85,10 @@ while n < room and empties < 32 do
       redis.call('HDEL', KEYS[5], tenant)
     end
   elseif type(head) == 'string' then
+    local task, class, msg = read(head)
     -- Payloads are base64 in the envelope, and string fields escape
     -- their quotes, so this text only ever is the downstream field.
-    local check = peek and string.find(head, '"downstream":"', 1, true)
+    local check = not task or (peek and string.find(head, '"downstream":"', 1, true))
     if check then redis.call('LPUSH', list, head) end
     if check and n > 0 then
       redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
@@ -94,8 +107,9 @@ while n < room and empties < 32 do
         redis.call('HDEL', KEYS[5], tenant)
       end
     end
+    if not task then return {4, tenant, head} end
     if check then return {1, tenant, head} end
-    hand_over(H, head, now)
+    hand_over(H, task, class, msg, now)
     n = n + 1
   end
 end

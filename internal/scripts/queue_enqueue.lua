@@ -10,45 +10,35 @@
 -- jobs in the waiting room.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
--- KEYS     1 meta hash (depth: jobs in the waiting room; entries: "3"
---          once a worker that reads queue.Job.item's entries has
---          started), 2 ring of tenants with work, 3 set of tenants in the
---          ring or asleep, 4 the tenant's list (its length is the
---          tenant's backlog), 5 asynq's pending list; then, each left
---          off where nothing after it is needed: 6 the tenant's
---          admission state (for a tenant with a policy), 7 weights hash
---          (for a weight), 8 per-class count of waiting jobs (for a
---          class), 9 ids hash (job id -> how many jobs of that id are
---          waiting; for an id the producer chose)
+-- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of
+--          tenants with work, 3 set of tenants in the ring or asleep,
+--          4 the tenant's list (its length is the tenant's backlog),
+--          5 asynq's pending list, 6 the tenant's admission state (unused
+--          for a tenant without a policy), 7 weights hash, 8 per-class
+--          count of waiting jobs, 9 ids hash (job id -> how many jobs of
+--          that id are waiting)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
---          for a tenant without one; then, each left off (or "") where
---          it is the default and nothing after it is set: 10 tenant bound
---          (none), 11 weight (1, which is not stored), 12 the tenant's
---          metrics class ("default", which is not counted), 13 the job's
---          id (an id the producer chose, which is not recorded), 14 now in
---          µs (the server's TIME), 15 the job's bare envelope, which the
---          producer sends until it has seen the meta hash's entries at
---          "3" (it is never unset while producers of this version run).
---          The common job sends nine (about 1% less of redis-server's
---          work than sixteen, bench/cmd/instr) and five or six keys.
--- Returns  {0, depth after, remaining, reset µs, entries} admitted and
---                                       queued; entries is 3 when the
---                                       meta hash's entries is "3"
---          {1, depth, bound, 0, 0}      queue full
---          {2, tenant depth, tenant bound, 0, 0} tenant's backlog full
---          {3, remaining, reset µs, retry µs, 0} refused by admission
---          {4, 0, 0, 0, 0}              a job of that id is waiting
+--          for a tenant without one, 10 tenant bound (0: none),
+--          11 weight (1 is not stored), 12 the tenant's metrics class (""
+--          for "default", which is not counted), 13 the job's id ("" for
+--          an id the producer chose, which is not recorded), 14 now in µs
+--          ("" for the server's TIME)
+-- Returns  {0, depth after, remaining, reset µs} admitted and queued
+--          {1, depth, bound, 0}         queue full
+--          {2, tenant depth, tenant bound, 0} tenant's backlog full
+--          {3, remaining, reset µs, retry µs} refused by admission
+--          {4, 0, 0, 0}                 a job of that id is waiting
 -- (depth here: the room's and asynq's pending list's together)
-local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13] or ''
-local tbound = tonumber(ARGV[10] or '') or 0
+local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13]
+local tbound = tonumber(ARGV[10])
 -- The id is recorded first and the depth counted first, each in the one
 -- command that also checks it; a refusal below takes them back, so that
 -- the common case, an accepted job, costs no extra command.
 -- An empty id is one the producer chose at random, which no other job
 -- can have: it is not recorded.
-if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {4, 0, 0, 0, 0} end
+if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {4, 0, 0, 0} end
 local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
 local function refuse(r)
   redis.call('HINCRBY', KEYS[1], 'depth', -1)
@@ -56,37 +46,26 @@ local function refuse(r)
   return r
 end
 local depth = room + redis.call('LLEN', KEYS[5])
-if depth >= bound then return refuse({1, depth, bound, 0, 0}) end
+if depth >= bound then return refuse({1, depth, bound, 0}) end
 if tbound > 0 then
   local tdepth = redis.call('LLEN', KEYS[4])
-  if tdepth >= tbound then return refuse({2, tdepth, tbound, 0, 0}) end
+  if tdepth >= tbound then return refuse({2, tdepth, tbound, 0}) end
 end
 local d = {1, 0, 0, 0}
 if ARGV[5] ~= '' then
   local now, pad = clock(ARGV[14])
   d = admit(KEYS[6], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
     tonumber(ARGV[4]), true, now, pad)
-  if d[1] == 0 then return refuse({3, d[2], d[3], d[4], 0}) end
-end
-local entry, entries = ARGV[2], '3'
-if ARGV[15] then
-  -- The producer has not yet seen that a worker which reads this
-  -- version's entries has started on the queue (queue.Server.Start sets
-  -- entries); until one has, queue the bare envelope, which every
-  -- version reads and which the producer then sends too. The reply tells
-  -- the producer, which remembers it.
-  entries = redis.call('HGET', KEYS[1], 'entries')
-  if entries ~= '3' then entry = ARGV[15] end
+  if d[1] == 0 then return refuse({3, d[2], d[3], d[4]}) end
 end
 -- A tenant whose list held jobs already is in the ring or asleep (a
 -- tenant leaves both only when a claim finds its list empty).
-if redis.call('RPUSH', KEYS[4], entry) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
+if redis.call('RPUSH', KEYS[4], ARGV[2]) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
   redis.call('RPUSH', KEYS[2], tenant)
 end
--- The producer sends a weight and a class only when they are not the
--- defaults (1, not stored; "default", not counted: its count is the depth
--- less the others', queue.readStats), which saves a command on most jobs.
-local weight, class = ARGV[11] or '', ARGV[12] or ''
-if weight ~= '' then redis.call('HSET', KEYS[7], tenant, weight) end
-if class ~= '' then redis.call('HINCRBY', KEYS[8], class, 1) end
-return {0, depth + 1, d[2], d[3], entries == '3' and 3 or 0}
+-- The default weight (1) is not stored and the default class not counted
+-- (its count is the depth less the others', queue.readStats), which saves
+-- a command on most jobs.
+if ARGV[11] ~= '1' then redis.call('HSET', KEYS[7], tenant, ARGV[11]) end
+if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
+return {0, depth + 1, d[2], d[3]}

@@ -53,22 +53,6 @@ var AdmitFunctions = map[string]string{
 	"gcra":                   gcraSrc,
 }
 
-// StateVersion names the format in which each algorithm's admit() stores
-// its state, for callers to put in the state's key name ("" for the first
-// format, which sluice:rl and sluice:q keys of no version hold). When a
-// format changes, so does the key's name: a key left in an earlier format
-// by an earlier version of sluice is then never read by a script that
-// expects another type (which would fail with WRONGTYPE); it expires by its
-// TTL. Version 2 of the four constant-size algorithms is one string set
-// with SET PX, where version 1 was a hash set with HSET and PEXPIRE.
-var StateVersion = map[string]string{
-	"fixed_window":           "v2",
-	"sliding_window_log":     "",
-	"sliding_window_counter": "v2",
-	"token_bucket":           "v2",
-	"gcra":                   "v2",
-}
-
 // Prelude is the source of the helpers (int, ttl, clock) that admit()
 // functions use; composed scripts start with it.
 var Prelude = preludeSrc
@@ -110,8 +94,6 @@ var (
 	queueSleepSrc string
 	//go:embed queue_handover.lua
 	queueHandoverSrc string
-	//go:embed queue_migrate.lua
-	queueMigrateSrc string
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -131,9 +113,8 @@ var queueEnqueue = func() map[string]*redis.Script {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim   = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
-	QueueTake    = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
-	QueueUntake  = redis.NewScript(preludeSrc + queueUntakeSrc)
-	QueueSleep   = redis.NewScript(preludeSrc + queueSleepSrc)
-	QueueMigrate = redis.NewScript(queueMigrateSrc)
+	QueueClaim  = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
+	QueueTake   = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
+	QueueUntake = redis.NewScript(preludeSrc + queueUntakeSrc)
+	QueueSleep  = redis.NewScript(preludeSrc + queueSleepSrc)
 )

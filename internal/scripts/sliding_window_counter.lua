@@ -8,8 +8,7 @@
 --           limit to pr arrive as strings (see AdmitFunctions).
 -- State     a string "w:c:p": w = current window index, c = its count,
 --           p = the count of window w-1. Read with GET, written with one
---           SET PX. The key's name carries the format's version (see
---           StateVersion in scripts.go).
+--           SET PX.
 -- The floating-point expressions are the ones algorithms/model.go
 -- evaluates, in the same order, so both give identical decisions.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)

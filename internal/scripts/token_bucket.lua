@@ -6,9 +6,7 @@
 --           after µs, retry after µs}
 --           limit to pr arrive as strings (see AdmitFunctions).
 -- State     a string "t:l": t = tokens (in 1/pr units), l = time of that
---           count (µs). Read with GET, written with one SET PX. The key's
---           name carries the format's version (see StateVersion in
---           scripts.go).
+--           count (µs). Read with GET, written with one SET PX.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   capacity, rl, pr = tonumber(capacity), tonumber(rl), tonumber(pr)
   local full = capacity * pr

@@ -260,23 +260,17 @@ func asynqEnqueue(ctx context.Context, c *redis.Client, n int) error {
 	return nil
 }
 
-func newProducer(ctx context.Context, c *redis.Client) (*queue.Producer, error) {
+func newProducer(c *redis.Client) (*queue.Producer, error) {
 	pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
-	p, err := queue.NewProducer(c, queue.Config{Queue: queueName, Bound: 1 << 40,
+	return queue.NewProducer(c, queue.Config{Queue: queueName, Bound: 1 << 40,
 		Tenants: func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &pol} }})
-	if err != nil {
-		return nil, err
-	}
-	// What a worker's start records (queue.Server.Start's entries marker,
-	// as in bench/cmd/queue): producers then queue this version's entries.
-	return p, c.HSet(ctx, key("meta"), "entries", "3").Err()
 }
 
 func key(kind string) string { return queue.DefaultPrefix + ":" + kind + ":{" + queueName + "}" }
 
 func sluiceEnqueue(tenants int) func(context.Context, *redis.Client, int) error {
 	return func(ctx context.Context, c *redis.Client, n int) error {
-		p, err := newProducer(ctx, c)
+		p, err := newProducer(c)
 		if err != nil {
 			return err
 		}
@@ -304,7 +298,7 @@ func sluiceClaim(tenants int) func(context.Context, *redis.Client, int) error {
 			// queue.Server's dispatcher.
 			v, err := scripts.QueueClaim.Run(ctx, c,
 				[]string{key("ring"), key("sleep"), key("members"), key("weights"), key("turns"), key("meta"), key("cdepth"), key("ids"), pending},
-				20, queue.DefaultPrefix+":t:{"+queueName+"}:", "", 20, "0", "asynq:{"+queueName+"}:t:", queueName, 0).Slice()
+				20, queue.DefaultPrefix+":t:{"+queueName+"}:", "", 20, "0", "asynq:{"+queueName+"}:t:", "").Slice()
 			if err != nil {
 				return err
 			}

@@ -147,9 +147,6 @@ func (b *bench) runEnqueue(ctx context.Context, sys system, c *counter, n, g int
 	if err := b.flush(ctx); err != nil {
 		return enqResult{}, err
 	}
-	if err := sys.reset(ctx); err != nil {
-		return enqResult{}, err
-	}
 	lat := make([]time.Duration, n)
 	m0, err := b.mark(ctx, c)
 	if err != nil {
@@ -199,9 +196,6 @@ func (r drainResult) rate() float64 { return float64(r.done) / r.elapsed.Seconds
 // worker's client.
 func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drainSpec) (drainResult, error) {
 	if err := b.flush(ctx); err != nil {
-		return drainResult{}, err
-	}
-	if err := sys.reset(ctx); err != nil {
 		return drainResult{}, err
 	}
 	r := drainResult{sys: sys.name(), n: spec.n, enq: make([]time.Duration, spec.n), start: make([]time.Duration, spec.n)}

@@ -37,8 +37,6 @@ func newStaged(producers, worker redis.UniversalClient, conc int, poll time.Dura
 
 func (s *staged) name() string { return "staged" }
 
-func (s *staged) reset(context.Context) error { return nil }
-
 const (
 	stageKey      = "staged:{" + queueName + "}"
 	pendingKey    = "asynq:{" + queueName + "}:pending"

@@ -31,9 +31,6 @@ type system interface {
 	start(started func(i int)) error
 	// stop shuts the worker process down.
 	stop()
-	// reset brings the system's keys on a flushed server to where a
-	// deployment's would be: the benchmark flushes before each run.
-	reset(ctx context.Context) error
 }
 
 // jobIndex reads the job's index from the first 8 bytes of its payload.
@@ -58,8 +55,6 @@ func newBare(producers, worker redis.UniversalClient, conc int, poll time.Durati
 }
 
 func (b *bare) name() string { return "asynq" }
-
-func (b *bare) reset(context.Context) error { return nil }
 
 func (b *bare) enqueue(ctx context.Context, _ int, _ string, payload []byte) error {
 	_, err := b.client.EnqueueContext(ctx, asynq.NewTask("noop", payload))
@@ -155,15 +150,6 @@ func newSluice(producers, worker redis.UniversalClient, bound int64, admission *
 }
 
 func (s *sluiceSys) name() string { return "sluice" }
-
-// reset marks the queue as one that a worker of this version has run on
-// (what queue.Server.Start records), as in any deployment past its first
-// start; producers then queue entries with the asynq message built
-// (docs/queue.md, Keys) rather than the bare envelopes they queue until
-// then.
-func (s *sluiceSys) reset(ctx context.Context) error {
-	return s.rc.HSet(ctx, queue.DefaultPrefix+":meta:{"+queueName+"}", "entries", "3").Err() // queue's entriesVersion
-}
 
 // enqueue leaves the job's id to the Producer (a random one), as a caller
 // that has none would.
