@@ -170,12 +170,13 @@ tenants:
 		}
 		accepted++
 	}
-	cmd := exec.Command(enqueue, "-policy", policy, "-redis", redisURL, "-tenant", "limited", "-type", "sluice.http", "-downstream", "api")
+	cmd := exec.Command(enqueue, "-policy", policy, "-redis", redisURL, "-tenant", "limited", "-type", "sluice.http", "-downstream", "api",
+		"-payload", fmt.Sprintf(`{"url":"%s/api/x"}`, fake.URL()))
 	out, err = cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(string(out), "rate limited") {
 		t.Fatalf("the fourth limited job: exit %d (%v), %s; want exit 3 saying rate limited", code, err, out)
 	}
-	resp, err := http.Post("http://"+httpAddr+"/enqueue", "application/json", strings.NewReader(`{"tenant":"limited","type":"sluice.http","downstream":"api"}`))
+	resp, err := http.Post("http://"+httpAddr+"/enqueue", "application/json", strings.NewReader(fmt.Sprintf(`{"tenant":"limited","type":"sluice.http","downstream":"api","payload":{"url":"%s/api/x"}}`, fake.URL())))
 	if err != nil {
 		t.Fatal(err)
 	}

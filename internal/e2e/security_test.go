@@ -398,9 +398,28 @@ func TestSecuritySecretsStayOutOfLogsAndMetrics(t *testing.T) {
 	w.waitHealthy(t)
 
 	apiHost := strings.TrimPrefix(api.URL, "http://")
+	// Refused at enqueue (400), before anything is stored: user info in
+	// the URL. The refusal names the URL without its secrets.
+	userinfo, _ := json.Marshal(map[string]any{
+		"tenant": tenant, "type": "sluice.http", "downstream": "api", "max_retry": -1,
+		"payload": map[string]any{"method": "POST", "url": "http://user:" + urlPass + "@" + apiHost + "/api/x?token=" + token, "body": marker,
+			"header": map[string]string{"Authorization": "Bearer " + header}},
+	})
+	resp, err := http.Post("http://"+w.addr+"/enqueue", "application/json", bytes.NewReader(userinfo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusal, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(refusal), "carries user info") {
+		t.Fatalf("a URL with user info: %d %s; want 400 saying it carries user info", resp.StatusCode, refusal)
+	}
+	for _, secret := range []string{urlPass, token, marker, header} {
+		if strings.Contains(string(refusal), secret) {
+			t.Fatalf("the refusal %s quotes a secret", refusal)
+		}
+	}
 	jobs := []map[string]any{
-		// Refused before any call: user info in the URL.
-		{"url": "http://user:" + urlPass + "@" + apiHost + "/api/x?token=" + token, "downstream": "api"},
 		// 404 from the API.
 		{"url": api.URL + "/api/missing?token=" + token + "&sig=" + sig, "downstream": "api"},
 		// Network error: nothing listens.
@@ -415,7 +434,7 @@ func TestSecuritySecretsStayOutOfLogsAndMetrics(t *testing.T) {
 				"header": map[string]string{"Authorization": "Bearer " + header}},
 		})
 	}
-	// All four end archived (no retries): poll asynq's archive.
+	// All three end archived (no retries): poll asynq's archive.
 	c := srv.Client(t)
 	ctx := context.Background()
 	archived := "asynq:{" + qname + "}:archived"
@@ -438,7 +457,7 @@ func TestSecuritySecretsStayOutOfLogsAndMetrics(t *testing.T) {
 		t.Fatalf("the API had %d calls; want exactly the 404 job's, with its body", api.calls.Load())
 	}
 
-	resp, err := http.Get("http://" + w.addr + "/metrics")
+	resp, err = http.Get("http://" + w.addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
