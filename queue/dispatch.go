@@ -2,9 +2,11 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/scripts"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // publishEvery is how often a dispatcher that hands jobs over makes sure
@@ -60,9 +62,14 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		peek = "1"
 	}
 	s.startedHere.Store(0)
+	args := []any{s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.retention}
+	keys := s.budgets.args(time.Now())
+	for _, key := range keys {
+		args = append(args, key, s.budgets.m[key].units)
+	}
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
-		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), dispatchBatch, peek, k.asynqTask, s.retention).Slice()
+		args...).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -87,6 +94,11 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	}
 	n, _ := v[1].(int64)
 	s.cfg.Metrics.handedOver(int(n))
+	for i, key := range keys {
+		if left, ok := v[3+i].(int64); ok {
+			s.budgets.spent(key, left)
+		}
+	}
 	if more, _ := v[2].(int64); more == 1 {
 		return 0, nil
 	}
@@ -95,10 +107,13 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	return s.cfg.PollInterval, nil
 }
 
-// checkAndTake peeks at the throttle of a job that names a downstream:
-// the limit is checked before dequeue, so a tenant whose throttle is
-// paused or whose next slot is too far away sleeps, costing nothing, while
-// other tenants' jobs flow. Otherwise it takes the job and hands it over.
+// checkAndTake peeks at the throttle of a job that names a downstream
+// whose key has no budget left: the limit is checked before dequeue, so a
+// tenant whose throttle is paused or whose next slot is too far away
+// sleeps, costing nothing, while other tenants' jobs flow. Otherwise it
+// takes the job and hands it over, and the key gets a budget: the units
+// free within the horizon, less this job's, which later claims hand over
+// in their batches without asking the throttle again.
 func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	k := s.keys
 	// A job that cannot be read has no throttle to check: it is taken, and
@@ -123,6 +138,12 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 			}
 			s.cfg.Metrics.slept(d.Limit.Name)
 			return nil
+		default:
+			bkey := job.Downstream
+			if d.PerTenant {
+				bkey += "/" + enc
+			}
+			s.budgets.set(bkey, budgetFor(r, d.Limit, job.cost())-job.cost(), time.Now())
 		}
 	}
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
@@ -157,4 +178,79 @@ func (s *Server) handOverUndecodable(ctx context.Context, enc, text string) erro
 	s.log.Warn("sluice: dispatcher: text in a tenant's list is no job; handed to asynq to archive",
 		"queue", s.cfg.Queue, "task", j.taskID())
 	return nil
+}
+
+// budgetHorizon is how far ahead a budget looks: the units of a throttle
+// key that are free within it (or within the downstream's MaxWait, if
+// shorter) may be handed over without asking the throttle again, and the
+// budget lasts as long.
+const budgetHorizon = time.Second
+
+// maxBudgets bounds the budgets sent with one claim.
+const maxBudgets = 256
+
+// budgetFor returns how many units of lim are free within the horizon,
+// from a peek r for cost units that was OK: at least cost.
+func budgetFor(r throttle.Reservation, lim throttle.Limit, cost int64) int64 {
+	horizon := min(budgetHorizon, maxWait(lim))
+	per := lim.Per
+	if per <= 0 {
+		per = time.Second
+	}
+	share := r.Share
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	interval := time.Duration(float64(per) / float64(lim.Rate) / share)
+	if interval <= 0 || r.Delay >= horizon {
+		return cost
+	}
+	return cost + int64((horizon-r.Delay)/interval)
+}
+
+// budgets are the units each throttle key may still hand over without a
+// peek, learned from the last peek of the key. Only the dispatcher's
+// goroutine uses them.
+type budgets struct {
+	m map[string]budget
+}
+
+type budget struct {
+	units int64
+	until time.Time
+}
+
+// args drops the budgets that ran out or expired by now and returns the
+// keys of the others, the newest first (at most maxBudgets: the key of
+// the job a claim just showed is always among them), for a claim.
+func (b *budgets) args(now time.Time) []string {
+	var keys []string
+	for k, v := range b.m {
+		if v.units <= 0 || !now.Before(v.until) {
+			delete(b.m, k)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) > maxBudgets {
+		slices.SortFunc(keys, func(x, y string) int { return b.m[y].until.Compare(b.m[x].until) })
+		keys = keys[:maxBudgets]
+	}
+	return keys
+}
+
+// set gives key a fresh budget.
+func (b *budgets) set(key string, units int64, now time.Time) {
+	if b.m == nil {
+		b.m = make(map[string]budget)
+	}
+	b.m[key] = budget{units: units, until: now.Add(budgetHorizon)}
+}
+
+// spent records what a claim left of key's budget.
+func (b *budgets) spent(key string, left int64) {
+	if v, ok := b.m[key]; ok {
+		v.units = left
+		b.m[key] = v
+	}
 }

@@ -73,6 +73,7 @@ type ServerConfig struct {
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
 // waiting room, and the throttle before each handler.
 type Server struct {
+	budgets   budgets // the dispatcher's
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,6 +149,61 @@ func TestCheckRefusesAtEnqueue(t *testing.T) {
 		}
 		if st, err := p.Stats(context.Background()); err != nil || st.Depth != 1 {
 			t.Fatalf("stats %+v, %v; want depth 1", st, err)
+		}
+	})
+}
+
+// scriptHook counts the scripts (EVALSHA and EVAL) a client runs.
+type scriptHook struct{ calls atomic.Int64 }
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := strings.ToLower(cmd.Name()); (n == "evalsha" || n == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+			h.calls.Add(1)
+		}
+		return err
+	}
+}
+
+// TestThrottledJobsOneDecision: jobs paced by a downstream are handed over
+// in batches while their key has budget, and the worker reserves each
+// job's slot once: about three scripts per job in all (the claim's share,
+// asynq's dequeue, the reservation, asynq's done), where peeking at
+// dispatch, taking alone and reserving again made six.
+func TestThrottledJobsOneDecision(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		const n = 300
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: fmt.Sprintf("t%d", i%3), Type: "call", Downstream: "api"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		hook := &scriptHook{}
+		client.AddHook(hook)
+		d := Downstream{Limit: throttle.Limit{Rate: 2000}}
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 10, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		waitFor(t, 60*time.Second, "the jobs to run", func() bool { return rec.count() >= n })
+		per := float64(hook.calls.Load()) / n
+		t.Logf("%d throttled jobs, %.2f scripts a job", n, per)
+		if per > 3.5 {
+			t.Fatalf("%.2f scripts a throttled job; want about 3", per)
 		}
 	})
 }

@@ -1,8 +1,11 @@
 -- Pick tenants with work round-robin (weighted) and hand their oldest jobs
 -- to asynq, up to a batch. A job that names a downstream, when the
--- dispatcher must first check its throttle, is only shown, not taken (the
--- batch stops there); the dispatcher then takes it with queue_take.lua or
--- puts its tenant to sleep. So is text that is no entry, which the
+-- dispatcher must first check its throttle, is taken only while its
+-- throttle key has budget left: units the dispatcher found free within its
+-- horizon when it last looked (ARGV 8 on). A job without budget is only
+-- shown, not taken (the batch stops there); the dispatcher then looks at
+-- its throttle and sets a budget, puts its tenant to sleep, or takes it
+-- with queue_take.lua. So is text that is no entry, which the
 -- dispatcher hands over in its place as a task for asynq to archive. Tenants whose sleep has ended rejoin the
 -- ring; tenants found with no work leave it. A taken job is written into
 -- asynq in this same step (hand_over) and leaves the waiting room's
@@ -18,13 +21,18 @@
 --          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
 --          if jobs that name a downstream must be shown, not taken,
 --          6 asynq's task key prefix, 7 asynq's TaskMessage field
---          Retention, encoded ("" for none)
+--          Retention, encoded ("" for none), 8 on: pairs of a throttle
+--          key (the downstream's name, or name/encoded tenant for
+--          per-tenant quotas) and its budget in units
+-- A job's key and cost are read from its envelope: the fields
+-- "downstream" (names are [A-Za-z0-9_.-]) and "cost" (1 when absent).
 -- Uses     prelude.lua (int, clock), queue_handover.lua
--- Returns  {3, n, more}                 n jobs handed over; more is 1
+-- Returns  {3, n, more, b...}           n jobs handed over; more is 1
 --                                       when the next claim should come
 --                                       at once (the batch was full and
 --                                       the prefetch has room, or a job
---                                       to check is next), else 0
+--                                       to check is next), else 0; b, the
+--                                       budgets left, in ARGV's order
 --          {1, tenant, entry}           a job to check before taking
 --          {4, tenant, text}            text that is no entry
 --          {0, wait µs}                 nothing ready; the next sleeper
@@ -37,6 +45,28 @@ local handed = redis.call('LLEN', KEYS[9])
 local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
 if room <= 0 then return {2, handed} end
 local peek = ARGV[5] == '1'
+local budget, order = {}, {}
+for i = 8, #ARGV - 1, 2 do
+  budget[ARGV[i]] = tonumber(ARGV[i + 1])
+  order[#order + 1] = ARGV[i]
+end
+-- spend takes a job's cost from its key's budget, if the key has enough.
+local function spend(tenant, entry)
+  local ds = string.match(entry, '"downstream":"([%w_%.%-]+)"')
+  if not ds then return false end
+  local key = ds .. '/' .. tenant
+  if not budget[key] then key = ds end
+  local left = budget[key]
+  local cost = tonumber(string.match(entry, '"cost":(%d+)') or '1')
+  if not left or left < cost then return false end
+  budget[key] = left - cost
+  return true
+end
+local function reply(n, more)
+  local r = {3, n, more}
+  for _, k in ipairs(order) do r[#r + 1] = budget[k] end
+  return r
+end
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
   redis.call('ZREM', KEYS[2], t)
@@ -88,7 +118,7 @@ while n < room and empties < 32 do
     local task, class, msg = read(head)
     -- Payloads are base64 in the envelope, and string fields escape
     -- their quotes, so this text only ever is the downstream field.
-    local check = not task or (peek and string.find(head, '"downstream":"', 1, true))
+    local check = not task or (peek and string.find(head, '"downstream":"', 1, true) and not spend(tenant, head))
     if check then redis.call('LPUSH', list, head) end
     if check and n > 0 then
       redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
@@ -119,7 +149,7 @@ flush(H)
 if empties >= 32 and n < room then more = 1 end
 if n > 0 or more == 1 then
   if n == tonumber(ARGV[4]) and tonumber(ARGV[1]) - handed > n then more = 1 end
-  return {3, n, more}
+  return reply(n, more)
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[2] then
