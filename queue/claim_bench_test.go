@@ -44,7 +44,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	k := p.keys
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why},
 			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, "").Slice()
 		if err != nil {
 			b.Fatal(err)

@@ -68,7 +68,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		args = append(args, key, s.budgets.m[key].units)
 	}
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending},
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why},
 		args...).Slice()
 	if err != nil {
 		return 0, err
@@ -132,8 +132,8 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 		case err != nil:
 			return err
 		case !r.OK:
-			if err := scripts.QueueSleep.Run(ctx, s.client, []string{k.ring, k.sleep},
-				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now()).Err(); err != nil {
+			if err := scripts.QueueSleep.Run(ctx, s.client, []string{k.ring, k.sleep, k.why},
+				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now(), sleepText(job.Tenant, tooFar(job, r))).Err(); err != nil {
 				return err
 			}
 			s.cfg.Metrics.slept(d.Limit.Name)

@@ -16,7 +16,7 @@ const DefaultPrefix = "sluice:q"
 // Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
 // tag is the name as it is.
 type keys struct {
-	meta, cdepth, ring, members, weights, turns, sleep, ids string
+	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
 	tenantPrefix, admPrefix                                 string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
@@ -36,6 +36,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		weights:      k("weights"),
 		turns:        k("turns"),
 		sleep:        k("sleep"),
+		why:          k("why"),
 		ids:          k("ids"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",

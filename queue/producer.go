@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -322,4 +323,59 @@ func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error
 		return 0, err
 	}
 	return p.client.LLen(ctx, list).Result()
+}
+
+// Sleeper is a tenant skipped by the dispatcher until a time: its
+// downstream's next slot is too far away, the downstream is paused, every
+// concurrency lease stayed held, or a handler rescheduled its job.
+type Sleeper struct {
+	// Tenant is the tenant's id (its first 64 bytes).
+	Tenant string
+	// Until is when it rejoins the drain.
+	Until time.Time
+	// Why says which limit holds it: "slot: …", "pause: …", "lease: …",
+	// or a handler's reason for Reschedule.
+	Why string
+}
+
+// Sleepers returns up to n of the sleeping tenants, the soonest to wake
+// first (two commands).
+func (p *Producer) Sleepers(ctx context.Context, n int) ([]Sleeper, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	zs, err := p.client.ZRangeWithScores(ctx, p.keys.sleep, 0, int64(n-1)).Result()
+	if err != nil || len(zs) == 0 {
+		return nil, err
+	}
+	fields := make([]string, len(zs))
+	for i, z := range zs {
+		fields[i], _ = z.Member.(string)
+	}
+	whys, err := p.client.HMGet(ctx, p.keys.why, fields...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Sleeper, len(zs))
+	for i, z := range zs {
+		text, _ := whys[i].(string)
+		tenant, why, ok := strings.Cut(text, "\t")
+		if !ok {
+			tenant, why = fields[i], "unknown"
+		}
+		out[i] = Sleeper{Tenant: tenant, Until: time.UnixMicro(int64(z.Score)), Why: why}
+	}
+	return out, nil
+}
+
+// sleepText is what the why hash keeps of a sleeping tenant: its id, cut
+// to 64 bytes, and the reason, cut to 200.
+func sleepText(tenant, why string) string {
+	if len(tenant) > 64 {
+		tenant = tenant[:64]
+	}
+	if len(why) > 200 {
+		why = why[:200]
+	}
+	return strings.ReplaceAll(tenant, "\t", " ") + "\t" + why
 }

@@ -255,7 +255,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				// Every lease stayed held for the whole wait: calls are
 				// slow, not stalled; look again soon, not when a lease
 				// would run out.
-				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, leaseRecheck), "concurrency cap")
+				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, leaseRecheck), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
 			}
 			if err != nil {
 				return s.throttleError(job, err)
@@ -270,7 +270,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			}
 			if !r.OK {
 				s.cfg.Metrics.throttled(d.Limit.Name)
-				return s.putBack(ctx, t, job, enc, r.RetryAfter, "throttled")
+				return s.putBack(ctx, t, job, enc, r.RetryAfter, tooFar(job, r))
 			}
 			ok, err := s.cfg.Throttle.Await(ctx, r)
 			if err != nil {
@@ -292,11 +292,20 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &re):
-		return s.putBack(ctx, t, job, enc, re.After, re.Reason)
+		return s.putBack(ctx, t, job, enc, re.After, "rescheduled: "+re.Reason)
 	case errors.As(err, &pe):
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	return err
+}
+
+// tooFar says why a job whose slot r is beyond its downstream's max_wait
+// waits: a pause, or the slots booked before it.
+func tooFar(job *Job, r throttle.Reservation) string {
+	if r.Paused > 0 {
+		return fmt.Sprintf("pause: downstream %s is paused (a 429 or 503)", job.Downstream)
+	}
+	return fmt.Sprintf("slot: downstream %s's next slot is beyond max_wait", job.Downstream)
 }
 
 // leaseRecheck is the longest a tenant sleeps after its job waited a whole
@@ -355,8 +364,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	_, list, _ := s.keys.tenant(job.Tenant)
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID, sleepText(job.Tenant, reason)).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

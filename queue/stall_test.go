@@ -207,3 +207,61 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 		}
 	})
 }
+
+// TestSleepersSayWhy: a tenant skipped because its downstream is paused,
+// and one whose next slot is too far away, are listed with the limit that
+// holds each; a woken tenant is no longer listed.
+func TestSleepersSayWhy(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		paused := Downstream{Limit: throttle.Limit{Rate: 100, MaxWait: time.Second}}
+		slow := Downstream{Limit: throttle.Limit{Rate: 1, Per: time.Hour, MaxWait: time.Second}}
+		if _, err := th.Pause(context.Background(), "paused", paused.Limit, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range []Job{{Tenant: "alice", Downstream: "paused"}, {Tenant: "bob", Downstream: "slow"}, {Tenant: "bob", Downstream: "slow"}} {
+			j.Type = "call"
+			if _, err := p.Enqueue(context.Background(), j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec := newRecorder()
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) {
+				switch name {
+				case "paused":
+					return paused, true
+				case "slow":
+					return slow, true
+				}
+				return Downstream{}, false
+			}}, rec)
+		var got []Sleeper
+		waitFor(t, 20*time.Second, "both tenants asleep", func() bool {
+			got, err = p.Sleepers(context.Background(), 10)
+			return err == nil && len(got) == 2
+		})
+		why := map[string]string{}
+		for _, s := range got {
+			why[s.Tenant] = s.Why
+			if time.Until(s.Until) <= 0 {
+				t.Errorf("%s sleeps until %v, in the past", s.Tenant, s.Until)
+			}
+		}
+		if !strings.HasPrefix(why["alice"], "pause: downstream paused") || !strings.HasPrefix(why["bob"], "slot: downstream slow") {
+			t.Fatalf("sleepers %+v; want alice held by the pause, bob by the slot", got)
+		}
+		if rec.count() != 1 {
+			t.Fatalf("%d jobs ran; want bob's first", rec.count())
+		}
+	})
+}

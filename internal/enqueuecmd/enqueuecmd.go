@@ -312,6 +312,21 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *config.Config, stdou
 	fmt.Fprintf(stdout, "queue %s\n", cfg.Queue.Name)
 	fmt.Fprintf(stdout, "  depth        %d of %d (waiting to start: in the waiting room, or in asynq's pending list)\n", st.Depth, cfg.Queue.Bound)
 	fmt.Fprintf(stdout, "  pending      %d in asynq's pending list (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
-	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep (throttle paused or no slot soon)\n", st.Tenants, st.Sleeping)
+	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep\n", st.Tenants, st.Sleeping)
+	sleepers, err := p.Sleepers(ctx, maxSleepersShown)
+	if err != nil {
+		fmt.Fprintln(stderr, "enqueue: stats:", err)
+		return ExitFailure
+	}
+	now := time.Now()
+	for _, s := range sleepers {
+		fmt.Fprintf(stdout, "    %-24.64q wakes in %-8v %s\n", s.Tenant, max(s.Until.Sub(now), 0).Round(time.Millisecond), s.Why)
+	}
+	if st.Sleeping > int64(len(sleepers)) {
+		fmt.Fprintf(stdout, "    ... and %d more\n", st.Sleeping-int64(len(sleepers)))
+	}
 	return ExitOK
 }
+
+// maxSleepersShown is how many sleeping tenants stats lists.
+const maxSleepersShown = 10

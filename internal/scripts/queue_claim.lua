@@ -14,7 +14,8 @@
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 meta hash,
 --          7 per-class count of waiting jobs, 8 ids hash, 9 asynq's
---          pending list (see queue_handover.lua)
+--          pending list (see queue_handover.lua), 10 why each tenant
+--          sleeps (see queue_sleep.lua)
 -- ARGV     1 prefetch (the most tasks asynq's pending list may hold
 --          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
@@ -70,6 +71,7 @@ end
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
   redis.call('ZREM', KEYS[2], t)
+  redis.call('HDEL', KEYS[10], t)
   redis.call('RPUSH', KEYS[1], t)
 end
 local n, empties, more = 0, 0, 0

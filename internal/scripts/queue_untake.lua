@@ -6,10 +6,11 @@
 -- Optionally the tenant sleeps until a time.
 -- KEYS     1 the tenant's list, 2 ring, 3 set of tenants in the ring or
 --          asleep, 4 sleeping tenants, 5 meta hash, 6 per-class count of
---          waiting jobs (the default class is not counted), 7 ids hash
+--          waiting jobs (the default class is not counted), 7 ids hash,
+--          8 why each tenant sleeps (see queue_sleep.lua)
 -- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
 --          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
---          class, 6 job id
+--          class, 6 job id, 7 the tenant's id and why it sleeps
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
@@ -18,6 +19,7 @@ redis.call('HINCRBY', KEYS[7], ARGV[6], 1)
 if ARGV[5] ~= 'default' then redis.call('HINCRBY', KEYS[6], ARGV[5], 1) end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 local sleep = tonumber(ARGV[3])
+if sleep > 0 then redis.call('HSET', KEYS[8], ARGV[2], ARGV[7]) end
 if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then
   if sleep > 0 then
     redis.call('ZADD', KEYS[4], int(now + sleep), ARGV[2])

@@ -297,7 +297,7 @@ func sluiceClaim(tenants int) func(context.Context, *redis.Client, int) error {
 			// KEYS and ARGV as queue_claim.lua lists them; see
 			// queue.Server's dispatcher.
 			v, err := scripts.QueueClaim.Run(ctx, c,
-				[]string{key("ring"), key("sleep"), key("members"), key("weights"), key("turns"), key("meta"), key("cdepth"), key("ids"), pending},
+				[]string{key("ring"), key("sleep"), key("members"), key("weights"), key("turns"), key("meta"), key("cdepth"), key("ids"), pending, key("why")},
 				20, queue.DefaultPrefix+":t:{"+queueName+"}:", "", 20, "0", "asynq:{"+queueName+"}:t:", "").Slice()
 			if err != nil {
 				return err
