@@ -17,7 +17,7 @@ const DefaultPrefix = "sluice:q"
 // tag is the name as it is.
 type keys struct {
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
-	tenantPrefix, admPrefix                                 string
+	tenantPrefix, admPrefix                                      string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
 }
