@@ -11,17 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
 // An http.Client whose Transport takes a fleet-wide throttle slot before
-// each request, against the package's fake API. When the API answers 429
-// with "Retry-After: 30", the Transport pauses the key for every worker
-// sharing the Redis, and the next request fails at once with a
-// *throttle.TooFarError instead of reaching the API. The throttle decides
+// each request, against the fake API of package downstreamtest. When the
+// API answers 429 with "Retry-After: 30", the Transport pauses the key for
+// every worker sharing the Redis, and the next request fails at once with
+// a *throttle.TooFarError instead of reaching the API. The throttle decides
 // on a clock held still (Options.Clock), so the pause reads exactly 30s.
 func ExampleTransport() {
-	api := downstream.NewFakeServer(downstream.FakeConfig{Rate: 100})
+	api := downstreamtest.NewServer(downstreamtest.Config{Rate: 100})
 	defer api.Close()
 
 	m := miniredis.NewMiniRedis()
@@ -64,7 +65,7 @@ func ExampleTransport() {
 
 	get()
 	get()
-	api.SetFault(downstream.Fault429Seconds(30))
+	api.SetFault(downstreamtest.Fault429Seconds(30))
 	get()
 	get()
 	fmt.Println("the API saw", api.Counts().Total, "calls")
