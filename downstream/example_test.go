@@ -114,27 +114,3 @@ func ExampleParseFeedback() {
 	// false x-ratelimit 5000 4999 1h0m0s pause 0s
 	// true none pause 1s
 }
-
-// ParseRetryAfter reads both forms of Retry-After, delta-seconds and an
-// HTTP-date, and reports malformed values instead of guessing.
-func ExampleParseRetryAfter() {
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, v := range []string{
-		"120",
-		"2.0", // Shopify
-		"Thu, 01 Jan 2026 12:00:45 GMT",
-		"Thu, 01 Jan 2026 11:59:00 GMT", // already past
-		"-5",
-		"soon",
-	} {
-		d, ok := downstream.ParseRetryAfter(v, now)
-		fmt.Printf("%q: %v %v\n", v, d, ok)
-	}
-	// Output:
-	// "120": 2m0s true
-	// "2.0": 2s true
-	// "Thu, 01 Jan 2026 12:00:45 GMT": 45s true
-	// "Thu, 01 Jan 2026 11:59:00 GMT": 0s true
-	// "-5": 0s false
-	// "soon": 0s false
-}
