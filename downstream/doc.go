@@ -8,10 +8,7 @@
 // X-RateLimit-*, OpenAI, Anthropic and Shopify headers (ParseFeedback). A
 // response that asks for a pause pauses the key for the whole fleet.
 //
-// HTTPJob is the queue's built-in job type for outbound HTTP calls, which
-// makes the worker useful with no Go code of the user's.
-//
-// FakeServer is a third-party API for tests, benchmarks and the demo: it
-// enforces a quota exactly, answers 429 with Retry-After above it, can be
-// told to misbehave, and records the arrival time of every call.
+// The package does not depend on the queue: the queue's built-in job type
+// for outbound HTTP calls is in package queue/httpjob, and a fake
+// quota-enforcing API for tests is in package downstream/downstreamtest.
 package downstream

@@ -11,17 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
 // An http.Client whose Transport takes a fleet-wide throttle slot before
-// each request, against the package's fake API. When the API answers 429
-// with "Retry-After: 30", the Transport pauses the key for every worker
-// sharing the Redis, and the next request fails at once with a
-// *throttle.TooFarError instead of reaching the API. The throttle decides
+// each request, against the fake API of package downstreamtest. When the
+// API answers 429 with "Retry-After: 30", the Transport pauses the key for
+// every worker sharing the Redis, and the next request fails at once with
+// a *throttle.TooFarError instead of reaching the API. The throttle decides
 // on a clock held still (Options.Clock), so the pause reads exactly 30s.
 func ExampleTransport() {
-	api := downstream.NewFakeServer(downstream.FakeConfig{Rate: 100})
+	api := downstreamtest.NewServer(downstreamtest.Config{Rate: 100})
 	defer api.Close()
 
 	m := miniredis.NewMiniRedis()
@@ -64,7 +65,7 @@ func ExampleTransport() {
 
 	get()
 	get()
-	api.SetFault(downstream.Fault429Seconds(30))
+	api.SetFault(downstreamtest.Fault429Seconds(30))
 	get()
 	get()
 	fmt.Println("the API saw", api.Counts().Total, "calls")
@@ -112,28 +113,4 @@ func ExampleParseFeedback() {
 	// false ratelimit 100 0 12s 1m0s pause 12s
 	// false x-ratelimit 5000 4999 1h0m0s pause 0s
 	// true none pause 1s
-}
-
-// ParseRetryAfter reads both forms of Retry-After, delta-seconds and an
-// HTTP-date, and reports malformed values instead of guessing.
-func ExampleParseRetryAfter() {
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, v := range []string{
-		"120",
-		"2.0", // Shopify
-		"Thu, 01 Jan 2026 12:00:45 GMT",
-		"Thu, 01 Jan 2026 11:59:00 GMT", // already past
-		"-5",
-		"soon",
-	} {
-		d, ok := downstream.ParseRetryAfter(v, now)
-		fmt.Printf("%q: %v %v\n", v, d, ok)
-	}
-	// Output:
-	// "120": 2m0s true
-	// "2.0": 2s true
-	// "Thu, 01 Jan 2026 12:00:45 GMT": 45s true
-	// "Thu, 01 Jan 2026 11:59:00 GMT": 0s true
-	// "-5": 0s false
-	// "soon": 0s false
 }

@@ -6,14 +6,20 @@ package downstream
 // shapes it has had) and the vendor families that predate them. Every parser
 // here is total: a malformed value is ignored, never an error, because a
 // downstream's bad header must not break a worker.
+//
+// Structured fields are read by github.com/dunglas/httpsfv, a maintained
+// and complete RFC 9651 parser, and durations by time.ParseDuration; the
+// code here only maps what they read onto quotas.
 
 import (
 	"math"
-	"math/bits"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dunglas/httpsfv"
 )
 
 // MaxStatedDuration bounds every duration parsed from a header: a larger
@@ -87,10 +93,10 @@ type Feedback struct {
 	Source string
 }
 
-// StatedQuota is one quota as a downstream states it: a policy of the
+// statedQuota is one quota as a downstream states it: a policy of the
 // RateLimit-Policy field, a service limit of the RateLimit field, or one
 // kind (requests, tokens) of an LLM provider's limits.
-type StatedQuota struct {
+type statedQuota struct {
 	// Name is the policy's name (draft-08 and later) or the kind of
 	// units; "" when the field names none.
 	Name string
@@ -171,29 +177,7 @@ func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration
 	return min(ceilDuration(d, durationResolution), maxPause)
 }
 
-// ParseRetryAfter reads one Retry-After value at time now: delta-seconds,
-// or an HTTP-date (IMF-fixdate, RFC 850 or asctime; RFC 3339 is accepted
-// too). Delta-seconds may carry a fraction ("2.0", as Shopify sends), which
-// is rounded up to a whole second; signs, exponents and trailing text are
-// malformed. A date yields the time from now until it, rounded up to a
-// millisecond, and 0 with ok=true when it is already past. Values beyond
-// MaxStatedDuration read as MaxStatedDuration.
-func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = trimOWS(v)
-	if v == "" {
-		return 0, false
-	}
-	if d, n, ok := scanDecimal(v); ok && n == len(v) {
-		return ceilDuration(d.times(time.Second), time.Second), true
-	}
-	t, ok := parseHTTPDate(v)
-	if !ok {
-		return 0, false
-	}
-	return untilTime(t, now), true
-}
-
-// Thresholds of the epoch heuristic of ParseReset.
+// Thresholds of the epoch heuristic of parseReset.
 const (
 	// epochSeconds is 2001-09-09 in Unix seconds. A delta of this many
 	// seconds would be 31 years: no quota window is that long, so a bare
@@ -207,7 +191,32 @@ const (
 	epochMillisMax = 1e15
 )
 
-// ParseReset reads one reset value, as sent in X-RateLimit-Reset,
+// parseRetryAfter reads one Retry-After value at time now: delta-seconds,
+// or an HTTP-date (IMF-fixdate, RFC 850 or asctime; RFC 3339 is accepted
+// too). Delta-seconds may carry a fraction ("2.0", as Shopify sends), which
+// is rounded up to a whole second; signs, exponents and trailing text are
+// malformed. A date yields the time from now until it, rounded up to a
+// millisecond, and 0 with ok=true when it is already past. Values beyond
+// MaxStatedDuration read as MaxStatedDuration.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = trimOWS(v)
+	if whole, frac, ok := number(v); ok {
+		if whole >= uint64(MaxStatedDuration/time.Second) {
+			return MaxStatedDuration, true
+		}
+		d := time.Duration(whole) * time.Second
+		if strings.Trim(frac, "0") != "" {
+			d += time.Second
+		}
+		return d, true
+	}
+	if t, ok := parseHTTPDate(v); ok {
+		return untilTime(t, now), true
+	}
+	return 0, false
+}
+
+// parseReset reads one reset value, as sent in X-RateLimit-Reset,
 // X-RateLimit-Reset-After, RateLimit-Reset, OpenAI's x-ratelimit-reset-*
 // or Anthropic's anthropic-ratelimit-*-reset, at time now, and returns the
 // time until the reset. The forms:
@@ -218,225 +227,199 @@ const (
 //     is Unix time in seconds (GitHub, Discord, GitLab); from 1e12 (the
 //     same instant in milliseconds) it is Unix time in milliseconds;
 //   - a duration string such as "1s", "6m0s", "20ms" (OpenAI), see
-//     ParseDuration;
+//     parseDuration;
 //   - an HTTP-date or RFC 3339 time (Anthropic).
 //
 // A time already past reads as 0 with ok=true. The result is rounded up to
 // a millisecond and at most MaxStatedDuration.
-func ParseReset(v string, now time.Time) (time.Duration, bool) {
+func parseReset(v string, now time.Time) (time.Duration, bool) {
 	v = trimOWS(v)
-	if v == "" {
+	whole, _, ok := number(v)
+	switch {
+	case !ok:
+		if d, ok := parseDuration(v); ok {
+			return d, true
+		}
+		if t, ok := parseHTTPDate(v); ok {
+			return untilTime(t, now), true
+		}
+		return 0, false
+	case whole >= epochMillisMax:
+		return MaxStatedDuration, true
+	case whole >= epochMillis:
+		return untilEpoch(v+"ms", now), true
+	case whole >= epochSeconds:
+		return untilEpoch(v+"s", now), true
+	}
+	return parseDuration(v) // delta-seconds below 1e9 always fit
+}
+
+// untilEpoch returns the time from now until a Unix time written as a
+// duration since the epoch ("1748779260.5s", "1748779260500ms"). A time
+// beyond the year 2262, which time.Duration cannot hold, reads as
+// MaxStatedDuration.
+func untilEpoch(since string, now time.Time) time.Duration {
+	d, err := time.ParseDuration(since)
+	if err != nil {
+		return MaxStatedDuration
+	}
+	return untilTime(time.Unix(0, 0).Add(d), now)
+}
+
+// parseDuration reads a duration as OpenAI and Groq send them ("1s",
+// "6m0s", "20ms", "2m59.56s") with time.ParseDuration. Around it, it reads
+// a bare number as seconds ("1.5"), a leading count of days ("1d", "1d2h")
+// and upper-case units, and refuses signs. The result is rounded up to a
+// millisecond and at most MaxStatedDuration; a value that time.Duration
+// cannot hold (over 292 years) is malformed.
+func parseDuration(v string) (time.Duration, bool) {
+	s := strings.ToLower(trimOWS(v))
+	if s == "" || strings.ContainsAny(s, "+-") {
 		return 0, false
 	}
-	if d, n, ok := scanDecimal(v); ok && n == len(v) {
-		switch {
-		case d.whole >= epochMillisMax:
-			return MaxStatedDuration, true
-		case d.whole >= epochMillis:
-			t := time.UnixMilli(int64(d.whole))
-			if d.nanos != 0 || d.finer {
-				t = t.Add(time.Millisecond)
-			}
-			return untilTime(t, now), true
-		case d.whole >= epochSeconds:
-			t := time.Unix(int64(d.whole), int64(d.nanos))
-			if d.finer {
-				t = t.Add(time.Nanosecond)
-			}
-			return untilTime(t, now), true
-		default:
-			return ceilDuration(d.times(time.Second), durationResolution), true
+	if _, _, ok := number(s); ok {
+		s += "s"
+	}
+	var days time.Duration
+	if n, rest, ok := strings.Cut(s, "d"); ok {
+		if _, _, ok := number(n); !ok {
+			return 0, false
+		}
+		d, err := time.ParseDuration(n + "h")
+		if err != nil {
+			return 0, false
+		}
+		days = 24 * min(d, MaxStatedDuration)
+		if s = rest; s == "" {
+			s = "0"
 		}
 	}
-	if d, ok := ParseDuration(v); ok {
-		return d, true
-	}
-	if t, ok := parseHTTPDate(v); ok {
-		return untilTime(t, now), true
-	}
-	return 0, false
-}
-
-// ParseDuration reads a duration string as OpenAI sends them: a sequence
-// of decimal numbers, each with a unit ("1s", "6m0s", "20ms", "2m59.56s",
-// "1h30m"). Units are ns, us (or µs), ms, s, m, h and d; a bare number is
-// seconds. Unlike time.ParseDuration it rejects signs, accepts days, and
-// does not fail on overflow: the result is rounded up to a millisecond and
-// at most MaxStatedDuration.
-func ParseDuration(v string) (time.Duration, bool) {
-	s := trimOWS(v)
-	if s == "" {
+	d, err := time.ParseDuration(s)
+	if err != nil {
 		return 0, false
 	}
-	var total time.Duration
-	for first := true; s != ""; first = false {
-		d, n, ok := scanDecimal(s)
-		if !ok {
-			return 0, false
-		}
-		s = s[n:]
-		j := 0
-		for j < len(s) && !isDigit(s[j]) && s[j] != '.' {
-			j++
-		}
-		var unit time.Duration
-		if j == 0 {
-			if !first || s != "" {
-				return 0, false
-			}
-			unit = time.Second
-		} else if unit, ok = durationUnit(s[:j]); !ok {
-			return 0, false
-		}
-		s = s[j:]
-		total = min(total+d.times(unit), MaxStatedDuration)
-	}
-	return ceilDuration(total, durationResolution), true
+	return ceilDuration(days+min(d, MaxStatedDuration), durationResolution), true
 }
 
-func durationUnit(u string) (time.Duration, bool) {
-	switch strings.ToLower(u) {
-	case "ns":
-		return time.Nanosecond, true
-	case "us", "µs", "μs": // U+00B5 and U+03BC
-		return time.Microsecond, true
-	case "ms":
-		return time.Millisecond, true
-	case "s":
-		return time.Second, true
-	case "m":
-		return time.Minute, true
-	case "h":
-		return time.Hour, true
-	case "d":
-		return 24 * time.Hour, true
-	}
-	return 0, false
-}
-
-// ParseCount reads a non-negative quota count: digits, optionally with a
+// parseCount reads a non-negative quota count: digits, optionally with a
 // fraction, which is dropped (a count is never overstated). Values beyond
 // math.MaxInt64 read as math.MaxInt64.
-func ParseCount(v string) (int64, bool) {
-	v = trimOWS(v)
-	d, n, ok := scanDecimal(v)
-	if !ok || n != len(v) {
+func parseCount(v string) (int64, bool) {
+	whole, _, ok := number(trimOWS(v))
+	if !ok {
 		return 0, false
 	}
-	return d.count(), true
+	return int64(min(whole, math.MaxInt64)), true
 }
 
-// ParseShopifyCallLimit reads X-Shopify-Shop-Api-Call-Limit: "32/40" is 32
+// number splits a decimal number, DIGIT+ ["." DIGIT+], into its integer
+// part (at most math.MaxUint64) and its fraction's digits; ok is false for
+// anything else: signs, exponents, spaces, a dot without digits on both
+// sides.
+func number(s string) (whole uint64, frac string, ok bool) {
+	w, frac, hasDot := strings.Cut(s, ".")
+	if !allDigits(w) || hasDot && !allDigits(frac) {
+		return 0, "", false
+	}
+	whole, _ = strconv.ParseUint(w, 10, 64) // out of range: math.MaxUint64
+	return whole, frac, true
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parseShopifyCallLimit reads X-Shopify-Shop-Api-Call-Limit: "32/40" is 32
 // calls used of a bucket of 40.
-func ParseShopifyCallLimit(v string) (used, limit int64, ok bool) {
+func parseShopifyCallLimit(v string) (used, limit int64, ok bool) {
 	a, b, found := strings.Cut(v, "/")
 	if !found {
 		return 0, 0, false
 	}
-	if used, ok = ParseCount(a); !ok {
+	if used, ok = parseCount(a); !ok {
 		return 0, 0, false
 	}
-	if limit, ok = ParseCount(b); !ok {
+	if limit, ok = parseCount(b); !ok {
 		return 0, 0, false
 	}
 	return used, limit, true
 }
 
-// ParseRateLimitPolicy reads the values of RateLimit-Policy fields (one per
+// parseRateLimitPolicy reads the values of RateLimit-Policy fields (one per
 // field line; a list may be split across lines). It accepts the draft-08
 // form, "burst";q=100;w=60, "daily";q=1000;w=86400, whose q= is required,
 // and the draft-06/07 form, 100;w=60, whose item is the quota. A window
-// given as window= is read as w=. Malformed policies are skipped; at most
-// 64 members of the list are read.
-func ParseRateLimitPolicy(values ...string) []StatedQuota {
-	var qs []StatedQuota
-	for _, s := range sfSplit(values) {
-		m, ok := parseSFMember(s)
-		if !ok || m.key != "" {
+// given as window= is read as w=. Policies without a valid quota are
+// skipped, and so are lines that are not RFC 9651 Lists (see sfMembers).
+func parseRateLimitPolicy(lines ...string) []statedQuota {
+	var qs []statedQuota
+	for _, m := range sfMembers(lines) {
+		if m.key != "" {
 			continue
 		}
-		q := StatedQuota{Limit: -1, Remaining: -1}
-		switch m.item.kind {
-		case sfString, sfToken:
-			q.Name = m.item.str
-		case sfNumber:
-			if q.Limit, ok = m.item.count(); !ok {
-				continue
-			}
-		default:
+		q := statedQuota{Limit: -1, Remaining: -1}
+		if name, ok := sfName(m.Value); ok {
+			q.Name = name
+		} else if q.Limit, ok = sfCount(m.Value); !ok {
 			continue
 		}
-		for _, p := range m.params {
-			switch p.key {
-			case "q":
-				if n, ok := p.val.count(); ok {
-					q.Limit = n
-				}
-			case "w", "window":
-				if d, ok := p.val.seconds(); ok {
-					q.Window = d
-				}
-			}
+		if n, ok := sfCount(m.param("q")); ok {
+			q.Limit = n
 		}
-		if q.Limit < 0 {
-			continue
+		q.Window = m.window()
+		if q.Limit >= 0 {
+			qs = append(qs, q)
 		}
-		qs = append(qs, q)
 	}
 	return qs
 }
 
-// ParseRateLimit reads the values of RateLimit fields (one per field line).
-// It accepts the draft-08 list form, "default";r=50;t=30, one StatedQuota
+// parseRateLimit reads the values of RateLimit fields (one per field line).
+// It accepts the draft-08 list form, "default";r=50;t=30, one statedQuota
 // per item that has r= or t=, and the draft-07 dictionary form,
-// limit=100, remaining=50, reset=30, one unnamed StatedQuota. t= and reset=
-// are delta-seconds (no epoch heuristic: the drafts allow none). Malformed
-// members are skipped; at most 64 are read.
-func ParseRateLimit(values ...string) []StatedQuota {
-	var qs []StatedQuota
-	dict := StatedQuota{Limit: -1, Remaining: -1}
+// limit=100, remaining=50, reset=30, one unnamed statedQuota. t= and reset=
+// are delta-seconds (no epoch heuristic: the drafts allow none). Lines
+// that are neither an RFC 9651 List nor a Dictionary are skipped.
+func parseRateLimit(lines ...string) []statedQuota {
+	var qs []statedQuota
+	dict := statedQuota{Limit: -1, Remaining: -1}
 	inDict := false
-	for _, s := range sfSplit(values) {
-		m, ok := parseSFMember(s)
-		if !ok {
-			continue
-		}
-		if m.key != "" {
-			switch m.key {
-			case "limit":
-				if n, ok := m.item.count(); ok {
-					dict.Limit, inDict = n, true
-				}
-			case "remaining":
-				if n, ok := m.item.count(); ok {
-					dict.Remaining, inDict = n, true
-				}
-			case "reset":
-				if d, ok := m.item.seconds(); ok {
-					dict.Reset, inDict = d, true
-				}
+	for _, m := range sfMembers(lines) {
+		switch m.key {
+		case "":
+			name, ok := sfName(m.Value)
+			if !ok {
+				continue
 			}
-			continue
-		}
-		if m.item.kind != sfString && m.item.kind != sfToken {
-			continue
-		}
-		q := StatedQuota{Name: m.item.str, Limit: -1, Remaining: -1}
-		stated := false
-		for _, p := range m.params {
-			switch p.key {
-			case "r":
-				if n, ok := p.val.count(); ok {
-					q.Remaining, stated = n, true
-				}
-			case "t":
-				if d, ok := p.val.seconds(); ok {
-					q.Reset, stated = d, true
-				}
+			q := statedQuota{Name: name, Limit: -1, Remaining: -1}
+			r, hasR := sfCount(m.param("r"))
+			t, hasT := sfSeconds(m.param("t"))
+			if hasR {
+				q.Remaining = r
 			}
-		}
-		if stated {
-			qs = append(qs, q)
+			if hasT {
+				q.Reset = t
+			}
+			if hasR || hasT {
+				qs = append(qs, q)
+			}
+		case "limit":
+			if n, ok := sfCount(m.Value); ok {
+				dict.Limit, inDict = n, true
+			}
+		case "remaining":
+			if n, ok := sfCount(m.Value); ok {
+				dict.Remaining, inDict = n, true
+			}
+		case "reset":
+			if d, ok := sfSeconds(m.Value); ok {
+				dict.Reset, inDict = d, true
+			}
 		}
 	}
 	if inDict {
@@ -447,7 +430,7 @@ func ParseRateLimit(values ...string) []StatedQuota {
 
 // tighter reports whether a is more restrictive than b: less remaining
 // (unknown counts as plenty), then a longer reset.
-func tighter(a, b StatedQuota) bool {
+func tighter(a, b statedQuota) bool {
 	ar, br := a.Remaining, b.Remaining
 	if ar < 0 {
 		ar = math.MaxInt64
@@ -461,9 +444,9 @@ func tighter(a, b StatedQuota) bool {
 	return a.Reset > b.Reset
 }
 
-func mostRestrictive(qs []StatedQuota) (StatedQuota, bool) {
+func mostRestrictive(qs []statedQuota) (statedQuota, bool) {
 	if len(qs) == 0 {
-		return StatedQuota{}, false
+		return statedQuota{}, false
 	}
 	best := qs[0]
 	for _, q := range qs[1:] {
@@ -476,7 +459,7 @@ func mostRestrictive(qs []StatedQuota) (StatedQuota, bool) {
 
 // slower reports whether policy a allows a lower rate than b. Policies
 // with a window sort before those without, which compare by limit.
-func slower(a, b StatedQuota) bool {
+func slower(a, b statedQuota) bool {
 	if (a.Window > 0) != (b.Window > 0) {
 		return a.Window > 0
 	}
@@ -489,7 +472,7 @@ func slower(a, b StatedQuota) bool {
 // matchPolicy finds the RateLimit-Policy entry that a RateLimit quota
 // refers to: by name; for an unnamed quota with a limit (draft-07), by
 // limit; for an unnamed quota without one, the only policy.
-func matchPolicy(q StatedQuota, pol []StatedQuota) (StatedQuota, bool) {
+func matchPolicy(q statedQuota, pol []statedQuota) (statedQuota, bool) {
 	switch {
 	case q.Name != "":
 		for _, p := range pol {
@@ -506,7 +489,7 @@ func matchPolicy(q StatedQuota, pol []StatedQuota) (StatedQuota, bool) {
 	case len(pol) == 1:
 		return pol[0], true
 	}
-	return StatedQuota{}, false
+	return statedQuota{}, false
 }
 
 // The fields read, in canonical form, so that a canonical header can be
@@ -561,7 +544,7 @@ func newXFields(prefix string) xFields {
 // the response carried any of its fields in a readable form.
 type headerFamily struct {
 	source string
-	parse  func(h http.Header, now time.Time) (StatedQuota, bool)
+	parse  func(h http.Header, now time.Time) (statedQuota, bool)
 }
 
 // headerFamilies, in order of precedence: the standard first, then its
@@ -576,8 +559,8 @@ var headerFamilies = []headerFamily{
 	{SourceShopify, shopifyQuota},
 }
 
-func quotaFromHeaders(h http.Header, now time.Time) (StatedQuota, string, bool) {
-	var fallback StatedQuota
+func quotaFromHeaders(h http.Header, now time.Time) (statedQuota, string, bool) {
+	var fallback statedQuota
 	fallbackSource := ""
 	for _, fam := range headerFamilies {
 		q, ok := fam.parse(h, now)
@@ -594,9 +577,9 @@ func quotaFromHeaders(h http.Header, now time.Time) (StatedQuota, string, bool) 
 	return fallback, fallbackSource, fallbackSource != ""
 }
 
-func structuredQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
-	pol := ParseRateLimitPolicy(h[fieldRateLimitPolicy]...)
-	if q, ok := mostRestrictive(ParseRateLimit(h[fieldRateLimit]...)); ok {
+func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
+	pol := parseRateLimitPolicy(h[fieldRateLimitPolicy]...)
+	if q, ok := mostRestrictive(parseRateLimit(h[fieldRateLimit]...)); ok {
 		if p, ok := matchPolicy(q, pol); ok {
 			if q.Limit < 0 {
 				q.Limit = p.Limit
@@ -606,7 +589,7 @@ func structuredQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
 		return q, true
 	}
 	if len(pol) == 0 {
-		return StatedQuota{}, false
+		return statedQuota{}, false
 	}
 	best := pol[0]
 	for _, p := range pol[1:] {
@@ -617,8 +600,8 @@ func structuredQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
 	return best, true
 }
 
-func legacyQuota(h http.Header, now time.Time) (StatedQuota, bool) {
-	q := StatedQuota{Remaining: minCount(h[legacyFields.remaining])}
+func legacyQuota(h http.Header, now time.Time) (statedQuota, bool) {
+	q := statedQuota{Remaining: minCount(h[legacyFields.remaining])}
 	q.Limit, q.Window = limitField(h[legacyFields.limit])
 	reset, hasReset := maxReset(h[legacyFields.reset], now)
 	if !hasReset {
@@ -626,31 +609,31 @@ func legacyQuota(h http.Header, now time.Time) (StatedQuota, bool) {
 	}
 	q.Reset = reset
 	if q.Limit < 0 && q.Remaining < 0 && !hasReset {
-		return StatedQuota{}, false
+		return statedQuota{}, false
 	}
 	if q.Window == 0 && q.Limit >= 0 {
-		if p, ok := matchPolicy(StatedQuota{Limit: q.Limit}, ParseRateLimitPolicy(h[fieldRateLimitPolicy]...)); ok {
+		if p, ok := matchPolicy(statedQuota{Limit: q.Limit}, parseRateLimitPolicy(h[fieldRateLimitPolicy]...)); ok {
 			q.Window = p.Window
 		}
 	}
 	return q, true
 }
 
-func openAIQuota(h http.Header, now time.Time) (StatedQuota, bool) {
+func openAIQuota(h http.Header, now time.Time) (statedQuota, bool) {
 	return kindsQuota(h, now, openAIFields)
 }
 
-func anthropicQuota(h http.Header, now time.Time) (StatedQuota, bool) {
+func anthropicQuota(h http.Header, now time.Time) (statedQuota, bool) {
 	return kindsQuota(h, now, anthropicFields)
 }
 
 // kindsQuota reads a family that states one quota per kind of unit and
 // reports the most restrictive.
-func kindsQuota(h http.Header, now time.Time, fields []quotaFields) (StatedQuota, bool) {
-	var best StatedQuota
+func kindsQuota(h http.Header, now time.Time, fields []quotaFields) (statedQuota, bool) {
+	var best statedQuota
 	found := false
 	for _, f := range fields {
-		q := StatedQuota{Name: f.kind, Remaining: minCount(h[f.remaining])}
+		q := statedQuota{Name: f.kind, Remaining: minCount(h[f.remaining])}
 		q.Limit, q.Window = limitField(h[f.limit])
 		reset, hasReset := maxReset(h[f.reset], now)
 		q.Reset = reset
@@ -663,9 +646,9 @@ func kindsQuota(h http.Header, now time.Time, fields []quotaFields) (StatedQuota
 	return best, found
 }
 
-func xRateLimitQuota(h http.Header, now time.Time) (StatedQuota, bool) {
+func xRateLimitQuota(h http.Header, now time.Time) (statedQuota, bool) {
 	for _, f := range xRateLimitFields {
-		q := StatedQuota{Remaining: minCount(h[f.remaining])}
+		q := statedQuota{Remaining: minCount(h[f.remaining])}
 		q.Limit, q.Window = limitField(h[f.limit])
 		if q.Remaining < 0 && q.Limit >= 0 { // GitHub also states what was used
 			if used := minCount(h[f.used]); used >= 0 {
@@ -682,47 +665,40 @@ func xRateLimitQuota(h http.Header, now time.Time) (StatedQuota, bool) {
 			return q, true
 		}
 	}
-	return StatedQuota{}, false
+	return statedQuota{}, false
 }
 
-func shopifyQuota(h http.Header, _ time.Time) (StatedQuota, bool) {
+func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	for _, v := range h[fieldShopify] {
-		if used, limit, ok := ParseShopifyCallLimit(v); ok {
-			return StatedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
+		if used, limit, ok := parseShopifyCallLimit(v); ok {
+			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
 		}
 	}
-	return StatedQuota{}, false
+	return statedQuota{}, false
 }
 
 // limitField reads a RateLimit-Limit or X-RateLimit-Limit value: the
 // expiring limit, optionally followed by quota policies as in
 // "100, 100;w=60, 1000;w=3600" (drafts 00 to 05; Whoop spells w= as
 // window=). It returns the expiring limit (-1 if none) and its window: the
-// w= of the first member, else of a later policy with the same limit.
+// w= of the first member, else of a later policy with the same limit. A
+// value that is no RFC 9651 List (a count beyond its 15 digits, say) is
+// read as plain counts, the least of them, without a window.
 func limitField(lines []string) (limit int64, window time.Duration) {
 	limit = -1
-	for _, s := range sfSplit(lines) {
-		m, ok := parseSFMember(s)
-		if !ok || m.key != "" {
+	for _, m := range sfMembers(lines) {
+		n, ok := sfCount(m.Value)
+		if m.key != "" || !ok {
 			continue
-		}
-		n, ok := m.item.count()
-		if !ok {
-			continue
-		}
-		var w time.Duration
-		for _, p := range m.params {
-			if p.key == "w" || p.key == "window" {
-				if d, ok := p.val.seconds(); ok {
-					w = d
-				}
-			}
 		}
 		if limit < 0 {
-			limit, window = n, w
+			limit, window = n, m.window()
 		} else if window == 0 && n == limit {
-			window = w
+			window = m.window()
 		}
+	}
+	if limit < 0 {
+		limit = minCount(lines)
 	}
 	return limit, window
 }
@@ -731,25 +707,38 @@ func limitField(lines []string) (limit int64, window time.Duration) {
 // comma-separated members (parameters after ';' are ignored); -1 if none.
 func minCount(lines []string) int64 {
 	least := int64(-1)
-	for _, s := range sfSplit(lines) {
-		s, _, _ = strings.Cut(s, ";")
-		if n, ok := ParseCount(s); ok && (least < 0 || n < least) {
+	for _, s := range plainMembers(lines) {
+		if n, ok := parseCount(s); ok && (least < 0 || n < least) {
 			least = n
 		}
 	}
 	return least
 }
 
-// maxReset reads a reset field with ParseReset: the longest reset among its
+// plainMembers splits field lines that are not structured fields at their
+// commas, and drops each member's parameters: "5;w=60, 4" reads as "5"
+// and " 4".
+func plainMembers(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		for _, s := range strings.Split(line, ",") {
+			s, _, _ = strings.Cut(s, ";")
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// maxReset reads a reset field with parseReset: the longest reset among its
 // lines, each read whole first (an HTTP-date has a comma) and else member
 // by member.
 func maxReset(lines []string, now time.Time) (time.Duration, bool) {
-	return longestOf(lines, func(v string) (time.Duration, bool) { return ParseReset(v, now) })
+	return longestOf(lines, func(v string) (time.Duration, bool) { return parseReset(v, now) })
 }
 
 // retryAfterField reads the Retry-After lines like maxReset.
 func retryAfterField(lines []string, now time.Time) (time.Duration, bool) {
-	return longestOf(lines, func(v string) (time.Duration, bool) { return ParseRetryAfter(v, now) })
+	return longestOf(lines, func(v string) (time.Duration, bool) { return parseRetryAfter(v, now) })
 }
 
 func longestOf(lines []string, parse func(string) (time.Duration, bool)) (time.Duration, bool) {
@@ -766,8 +755,7 @@ func longestOf(lines []string, parse func(string) (time.Duration, bool)) (time.D
 		if take(line) {
 			continue
 		}
-		for _, s := range sfSplit([]string{line}) {
-			s, _, _ = strings.Cut(s, ";")
+		for _, s := range plainMembers([]string{line}) {
 			take(s)
 		}
 	}
@@ -838,416 +826,105 @@ func ceilDuration(d, g time.Duration) time.Duration {
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
-func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+// sfMaxMembers is the most members read from one field.
+const sfMaxMembers = 64
 
-func isAlpha(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
-
-// decimal is a non-negative decimal number read without floating point,
-// so that no value can overflow or lose its rounding direction.
-type decimal struct {
-	whole uint64 // integer part, saturating at math.MaxUint64
-	nanos uint64 // the first nine fractional digits, in units of 1e-9
-	finer bool   // a nonzero fractional digit after the ninth
-}
-
-// scanDecimal reads DIGIT+ ["." DIGIT+] at the start of s and returns it
-// with the number of bytes read; ok is false when s does not start so.
-func scanDecimal(s string) (d decimal, n int, ok bool) {
-	for n < len(s) && isDigit(s[n]) {
-		c := uint64(s[n] - '0')
-		if d.whole > (math.MaxUint64-c)/10 {
-			d.whole = math.MaxUint64
-		} else {
-			d.whole = d.whole*10 + c
-		}
-		n++
-	}
-	if n == 0 {
-		return decimal{}, 0, false
-	}
-	if n < len(s) && s[n] == '.' {
-		m, scale := n+1, uint64(1e8)
-		for m < len(s) && isDigit(s[m]) {
-			c := uint64(s[m] - '0')
-			if scale > 0 {
-				d.nanos += c * scale
-				scale /= 10
-			} else if c != 0 {
-				d.finer = true
-			}
-			m++
-		}
-		if m == n+1 {
-			return decimal{}, 0, false
-		}
-		n = m
-	}
-	return d, n, true
-}
-
-func (d decimal) isZero() bool { return d.whole == 0 && d.nanos == 0 && !d.finer }
-
-// count is d without its fraction, at most math.MaxInt64.
-func (d decimal) count() int64 {
-	if d.whole > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(d.whole)
-}
-
-// times returns d units, rounded up to a nanosecond, at most
-// MaxStatedDuration. unit must be at most a day, so that the fraction's
-// product stays within bits.Div64's domain.
-func (d decimal) times(unit time.Duration) time.Duration {
-	u := uint64(unit)
-	if d.whole > uint64(MaxStatedDuration)/u {
-		return MaxStatedDuration
-	}
-	v := d.whole * u
-	hi, lo := bits.Mul64(d.nanos, u) // nanos < 1e9 and u <= 8.64e13: hi < 1e9
-	q, r := bits.Div64(hi, lo, 1e9)
-	if r != 0 || d.finer {
-		q++
-	}
-	return time.Duration(min(v+q, uint64(MaxStatedDuration)))
-}
-
-// A minimal, lenient reader of Structured Field Values (RFC 9651), enough
-// for the RateLimit fields: it also reads optional whitespace around ';'
-// and '=', upper-case keys, and non-ASCII bytes in strings, which servers
-// send; it does not decode byte sequences or display strings.
-
-// The most members and parameters read from one field and one member.
-const (
-	sfMaxMembers = 64
-	sfMaxParams  = 32
-)
-
-type sfKind uint8
-
-const (
-	sfNumber sfKind = iota + 1 // Integer, Decimal or Date
-	sfString                   // String or Display String (not decoded)
-	sfToken
-	sfBytes // Byte Sequence (not decoded)
-	sfBool
-	sfInnerList
-)
-
-type sfItem struct {
-	kind sfKind
-	neg  bool
-	num  decimal
-	str  string
-}
-
-// count reads a non-negative number item as a count.
-func (it sfItem) count() (int64, bool) {
-	if it.kind != sfNumber || it.neg && !it.num.isZero() {
-		return 0, false
-	}
-	return it.num.count(), true
-}
-
-// seconds reads a non-negative number item as delta-seconds, rounded up
-// to the resolution.
-func (it sfItem) seconds() (time.Duration, bool) {
-	if it.kind != sfNumber || it.neg && !it.num.isZero() {
-		return 0, false
-	}
-	return ceilDuration(it.num.times(time.Second), durationResolution), true
-}
-
-type sfParam struct {
-	key string
-	val sfItem
-}
-
-// sfMember is a member of a List (key "") or of a Dictionary.
+// sfMember is one member of a structured field: an Item, with its key when
+// it is a Dictionary's member.
 type sfMember struct {
-	key    string
-	item   sfItem
-	params []sfParam
+	key string
+	httpsfv.Item
 }
 
-// sfSplit splits field lines into the members of a List or Dictionary:
-// commas inside strings and inner lists do not split; empty members are
-// dropped; at most sfMaxMembers are returned.
-func sfSplit(lines []string) []string {
-	var out []string
-	add := func(m string) bool {
-		if m = trimOWS(m); m != "" {
-			out = append(out, m)
+// sfMembers reads field lines as RFC 9651 structured fields, with httpsfv
+// and its strictness, one line at a time so that a malformed line hides
+// only itself: each line as a List, or failing that as a Dictionary (the
+// RateLimit field of draft-07). Inner lists are dropped; at most
+// sfMaxMembers members are read.
+func sfMembers(lines []string) []sfMember {
+	var out []sfMember
+	add := func(key string, m httpsfv.Member) {
+		if it, ok := m.(httpsfv.Item); ok && len(out) < sfMaxMembers {
+			out = append(out, sfMember{key: key, Item: it})
 		}
-		return len(out) < sfMaxMembers
 	}
 	for _, line := range lines {
-		start, depth, inString := 0, 0, false
-		for i := 0; i < len(line); i++ {
-			c := line[i]
-			switch {
-			case inString:
-				if c == '\\' {
-					i++
-				} else if c == '"' {
-					inString = false
-				}
-			case c == '"':
-				inString = true
-			case c == '(':
-				depth++
-			case c == ')':
-				if depth > 0 {
-					depth--
-				}
-			case c == ',' && depth == 0:
-				if !add(line[start:i]) {
-					return out
-				}
-				start = i + 1
+		line = trimOWS(line)
+		if l, err := httpsfv.UnmarshalList([]string{line}); err == nil {
+			for _, m := range l {
+				add("", m)
 			}
-		}
-		if !add(line[start:]) {
-			return out
+		} else if d, err := httpsfv.UnmarshalDictionary([]string{line}); err == nil {
+			for _, k := range d.Names() {
+				m, _ := d.Get(k)
+				add(k, m)
+			}
 		}
 	}
 	return out
 }
 
-type sfParser struct {
-	s string
-	i int
+// param returns the value of the member's parameter k; nil when absent.
+func (m sfMember) param(k string) any {
+	v, _ := m.Params.Get(k)
+	return v
 }
 
-func (p *sfParser) peek() byte {
-	if p.i < len(p.s) {
-		return p.s[p.i]
-	}
-	return 0
-}
-
-func (p *sfParser) ows() {
-	for p.i < len(p.s) && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
-		p.i++
-	}
-}
-
-// parseSFMember reads one member (as split by sfSplit): a list item with
-// its parameters, or a dictionary member key=item with its parameters. A
-// bare dictionary key (a true boolean) reads as a token item.
-func parseSFMember(s string) (sfMember, bool) {
-	p := &sfParser{s: s}
-	var m sfMember
-	p.ows()
-	start := p.i
-	if k, ok := p.key(); ok {
-		p.ows()
-		if p.peek() == '=' {
-			p.i++
-			p.ows()
-			m.key = k
-		} else {
-			p.i = start
-		}
-	}
-	var ok bool
-	if p.peek() == '(' {
-		m.item, ok = p.innerList()
-	} else {
-		m.item, ok = p.bareItem()
-	}
+// window reads the member's w= (or window=) parameter as seconds; 0 when
+// absent or malformed.
+func (m sfMember) window() time.Duration {
+	w, ok := sfSeconds(m.param("w"))
 	if !ok {
-		return sfMember{}, false
+		w, _ = sfSeconds(m.param("window"))
 	}
-	if m.params, ok = p.params(); !ok {
-		return sfMember{}, false
-	}
-	p.ows()
-	return m, p.i == len(p.s)
+	return w
 }
 
-// key reads a key, lower-cased: [A-Za-z*][A-Za-z0-9_.*-]*.
-func (p *sfParser) key() (string, bool) {
-	c := p.peek()
-	if !isAlpha(c) && c != '*' {
-		return "", false
+// sfName reads a String or a Token (a lenient spelling of a policy name).
+func sfName(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case httpsfv.Token:
+		return string(s), true
 	}
-	j := p.i + 1
-	for j < len(p.s) {
-		c := p.s[j]
-		if !isAlpha(c) && !isDigit(c) && c != '_' && c != '-' && c != '.' && c != '*' {
-			break
-		}
-		j++
-	}
-	k := strings.ToLower(p.s[p.i:j])
-	p.i = j
-	return k, true
+	return "", false
 }
 
-func (p *sfParser) params() ([]sfParam, bool) {
-	var ps []sfParam
-	for {
-		save := p.i
-		p.ows()
-		if p.peek() != ';' {
-			p.i = save
-			return ps, true
+// sfCount reads a non-negative Integer or Decimal as a count, without its
+// fraction.
+func sfCount(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		if n >= 0 {
+			return n, true
 		}
-		p.i++
-		p.ows()
-		k, ok := p.key()
-		if !ok || len(ps) == sfMaxParams {
-			return nil, false
-		}
-		val := sfItem{kind: sfBool, num: decimal{whole: 1}}
-		save = p.i
-		p.ows()
-		if p.peek() == '=' {
-			p.i++
-			p.ows()
-			if val, ok = p.bareItem(); !ok {
-				return nil, false
-			}
-		} else {
-			p.i = save
-		}
-		ps = append(ps, sfParam{key: k, val: val})
-	}
-}
-
-func (p *sfParser) innerList() (sfItem, bool) {
-	p.i++ // '('
-	for {
-		p.ows()
-		switch p.peek() {
-		case ')':
-			p.i++
-			return sfItem{kind: sfInnerList}, true
-		case 0:
-			if p.i >= len(p.s) {
-				return sfItem{}, false
-			}
-		}
-		if _, ok := p.bareItem(); !ok {
-			return sfItem{}, false
-		}
-		if _, ok := p.params(); !ok {
-			return sfItem{}, false
-		}
-		if c := p.peek(); c != ' ' && c != '\t' && c != ')' {
-			return sfItem{}, false
+	case float64:
+		if n >= 0 {
+			return int64(n), true
 		}
 	}
+	return 0, false
 }
 
-// bareItem reads one bare item; on success it has consumed at least one
-// byte.
-func (p *sfParser) bareItem() (sfItem, bool) {
-	c := p.peek()
+// sfSeconds reads a non-negative Integer or Decimal as delta-seconds, at
+// most MaxStatedDuration. A Decimal has at most three fractional digits,
+// so the result is a whole number of milliseconds.
+func sfSeconds(v any) (time.Duration, bool) {
+	var ms float64
+	switch n := v.(type) {
+	case int64:
+		ms = float64(n) * 1000
+	case float64:
+		ms = math.Round(n * 1000)
+	default:
+		return 0, false
+	}
 	switch {
-	case c == '-' || isDigit(c):
-		it := sfItem{kind: sfNumber}
-		if c == '-' {
-			it.neg = true
-			p.i++
-		}
-		d, n, ok := scanDecimal(p.s[p.i:])
-		if !ok {
-			return sfItem{}, false
-		}
-		it.num = d
-		p.i += n
-		return it, true
-	case c == '@': // Date: an Integer of Unix seconds
-		p.i++
-		if c := p.peek(); c != '-' && !isDigit(c) {
-			return sfItem{}, false
-		}
-		return p.bareItem()
-	case c == '"':
-		return p.str()
-	case c == '%': // Display String: read as a String, not decoded
-		p.i++
-		if p.peek() != '"' {
-			return sfItem{}, false
-		}
-		return p.str()
-	case c == ':':
-		j := strings.IndexByte(p.s[p.i+1:], ':')
-		if j < 0 {
-			return sfItem{}, false
-		}
-		for _, b := range []byte(p.s[p.i+1 : p.i+1+j]) {
-			if !isAlpha(b) && !isDigit(b) && b != '+' && b != '/' && b != '=' {
-				return sfItem{}, false
-			}
-		}
-		p.i += j + 2
-		return sfItem{kind: sfBytes}, true
-	case c == '?':
-		if p.i+1 < len(p.s) && (p.s[p.i+1] == '0' || p.s[p.i+1] == '1') {
-			it := sfItem{kind: sfBool, num: decimal{whole: uint64(p.s[p.i+1] - '0')}}
-			p.i += 2
-			return it, true
-		}
-		return sfItem{}, false
-	case isAlpha(c) || c == '*':
-		j := p.i + 1
-		for j < len(p.s) && isTokenChar(p.s[j]) {
-			j++
-		}
-		it := sfItem{kind: sfToken, str: p.s[p.i:j]}
-		p.i = j
-		return it, true
+	case ms < 0:
+		return 0, false
+	case ms >= float64(MaxStatedDuration/time.Millisecond):
+		return MaxStatedDuration, true
 	}
-	return sfItem{}, false
-}
-
-// str reads a String starting at its opening quote: printable bytes, with
-// \" and \\ as the only escapes.
-func (p *sfParser) str() (sfItem, bool) {
-	p.i++ // '"'
-	start := p.i
-	var b strings.Builder
-	escaped := false
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		switch {
-		case c == '\\':
-			if p.i+1 >= len(p.s) || p.s[p.i+1] != '"' && p.s[p.i+1] != '\\' {
-				return sfItem{}, false
-			}
-			if !escaped {
-				b.WriteString(p.s[start:p.i])
-				escaped = true
-			}
-			b.WriteByte(p.s[p.i+1])
-			p.i += 2
-		case c == '"':
-			s := p.s[start:p.i]
-			if escaped {
-				s = b.String()
-			}
-			p.i++
-			return sfItem{kind: sfString, str: s}, true
-		case c < 0x20 || c == 0x7f:
-			return sfItem{}, false
-		default:
-			if escaped {
-				b.WriteByte(c)
-			}
-			p.i++
-		}
-	}
-	return sfItem{}, false
-}
-
-// isTokenChar reports the bytes of a Token after its first: tchar, ':'
-// and '/'.
-func isTokenChar(c byte) bool {
-	if isAlpha(c) || isDigit(c) {
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~:/", c) >= 0
+	return time.Duration(ms) * time.Millisecond, true
 }

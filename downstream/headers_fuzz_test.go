@@ -37,17 +37,17 @@ func FuzzParseRetryAfter(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string, unix int64) {
 		now := time.Unix(unix, 0)
-		d, ok := ParseRetryAfter(v, now)
-		checkBounded(t, "ParseRetryAfter", d)
+		d, ok := parseRetryAfter(v, now)
+		checkBounded(t, "parseRetryAfter", d)
 		if !ok && d != 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v with ok=false", v, d)
+			t.Fatalf("parseRetryAfter(%q) = %v with ok=false", v, d)
 		}
-		if d2, ok2 := ParseRetryAfter(v, now); d2 != d || ok2 != ok {
-			t.Fatalf("ParseRetryAfter(%q) not deterministic", v)
+		if d2, ok2 := parseRetryAfter(v, now); d2 != d || ok2 != ok {
+			t.Fatalf("parseRetryAfter(%q) not deterministic", v)
 		}
 		s := trimOWS(v)
 		if ok && s != "" && strings.Trim(s, "0123456789.") == "" && d%time.Second != 0 {
-			t.Fatalf("ParseRetryAfter(%q) = %v: delta-seconds not rounded up to a second", v, d)
+			t.Fatalf("parseRetryAfter(%q) = %v: delta-seconds not rounded up to a second", v, d)
 		}
 		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
 			want := MaxStatedDuration
@@ -55,22 +55,22 @@ func FuzzParseRetryAfter(f *testing.F) {
 				want = time.Duration(n) * time.Second
 			}
 			if !ok || d != want {
-				t.Fatalf("ParseRetryAfter(%q) = %v, %v; want %v", v, d, ok, want)
+				t.Fatalf("parseRetryAfter(%q) = %v, %v; want %v", v, d, ok, want)
 			}
 		}
 		if at, err := http.ParseTime(s); err == nil {
 			if !ok {
-				t.Fatalf("ParseRetryAfter(%q) rejected an HTTP-date", v)
+				t.Fatalf("parseRetryAfter(%q) rejected an HTTP-date", v)
 			}
 			if diff := at.Sub(now); diff < MaxStatedDuration && (d < diff || d > max(diff, 0)+durationResolution) {
-				t.Fatalf("ParseRetryAfter(%q) at %v = %v; the date is %v away", v, now, d, diff)
+				t.Fatalf("parseRetryAfter(%q) at %v = %v; the date is %v away", v, now, d, diff)
 			}
 		}
 	})
 }
 
-// FuzzParseValues covers the scalar parsers: ParseReset, ParseDuration,
-// ParseCount and ParseShopifyCallLimit.
+// FuzzParseValues covers the scalar parsers: parseReset, parseDuration,
+// parseCount and parseShopifyCallLimit.
 func FuzzParseValues(f *testing.F) {
 	for _, v := range []string{"30", "64.57", "1470173023.123", "1748779260", "1748779260000", "1s", "6m0s",
 		"20ms", "2m59.56s", "1h2m3.5s", "500µs", "1d", "2025-06-01T12:01:00Z", "Sun, 01 Jun 2025 12:00:10 GMT",
@@ -79,36 +79,36 @@ func FuzzParseValues(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, v string, unix int64) {
 		now := time.Unix(unix, 0)
-		d, ok := ParseReset(v, now)
-		checkBounded(t, "ParseReset", d)
+		d, ok := parseReset(v, now)
+		checkBounded(t, "parseReset", d)
 		if (!ok && d != 0) || d%durationResolution != 0 {
-			t.Fatalf("ParseReset(%q) = %v, %v", v, d, ok)
+			t.Fatalf("parseReset(%q) = %v, %v", v, d, ok)
 		}
-		pd, pok := ParseDuration(v)
-		checkBounded(t, "ParseDuration", pd)
+		pd, pok := parseDuration(v)
+		checkBounded(t, "parseDuration", pd)
 		if (!pok && pd != 0) || pd%durationResolution != 0 {
-			t.Fatalf("ParseDuration(%q) = %v, %v", v, pd, pok)
+			t.Fatalf("parseDuration(%q) = %v, %v", v, pd, pok)
 		}
 		if pok && !ok {
-			t.Fatalf("ParseReset(%q) rejected what ParseDuration read", v)
+			t.Fatalf("parseReset(%q) rejected what parseDuration read", v)
 		}
 		// time.ParseDuration as an oracle, where both read the value: its
 		// fractions truncate where ours round up, so allow a millisecond.
 		if gd, err := time.ParseDuration(trimOWS(v)); err == nil && pok && gd >= 0 && gd < MaxStatedDuration-time.Second {
 			if diff := pd - gd; diff < 0 || diff > 2*durationResolution {
-				t.Fatalf("ParseDuration(%q) = %v, time.ParseDuration = %v", v, pd, gd)
+				t.Fatalf("parseDuration(%q) = %v, time.ParseDuration = %v", v, pd, gd)
 			}
 		}
-		n, cok := ParseCount(v)
+		n, cok := parseCount(v)
 		if n < 0 || (!cok && n != 0) {
-			t.Fatalf("ParseCount(%q) = %d, %v", v, n, cok)
+			t.Fatalf("parseCount(%q) = %d, %v", v, n, cok)
 		}
 		if u, err := strconv.ParseUint(trimOWS(v), 10, 64); err == nil && (!cok || n != int64(min(u, math.MaxInt64))) {
-			t.Fatalf("ParseCount(%q) = %d, %v; want %d", v, n, cok, u)
+			t.Fatalf("parseCount(%q) = %d, %v; want %d", v, n, cok, u)
 		}
-		used, limit, sok := ParseShopifyCallLimit(v)
+		used, limit, sok := parseShopifyCallLimit(v)
 		if used < 0 || limit < 0 || (!sok && (used != 0 || limit != 0)) {
-			t.Fatalf("ParseShopifyCallLimit(%q) = %d, %d, %v", v, used, limit, sok)
+			t.Fatalf("parseShopifyCallLimit(%q) = %d, %d, %v", v, used, limit, sok)
 		}
 	})
 }
@@ -140,7 +140,7 @@ func FuzzParseStructured(f *testing.F) {
 	f.Add(`(1 2);r=1, ?1;r=2, @1700000000;r=3, %"x";r=4`, `"x" ; q = 5 ; w = 2`, "", uint64(0), uint64(0))
 	f.Add(`"x";r=-1;t=1.5`, `"unterminated;q=1`, ",", uint64(7), uint64(86400))
 	f.Fuzz(func(t *testing.T, rl, pol, name string, r, sec uint64) {
-		check := func(what string, qs []StatedQuota) {
+		check := func(what string, qs []statedQuota) {
 			t.Helper()
 			if len(qs) > sfMaxMembers+1 {
 				t.Fatalf("%s: %d quotas from at most %d members", what, len(qs), sfMaxMembers)
@@ -152,37 +152,41 @@ func FuzzParseStructured(f *testing.F) {
 				checkBounded(t, what+" Window", q.Window)
 			}
 		}
-		rls, pols := ParseRateLimit(rl), ParseRateLimitPolicy(pol)
-		check("ParseRateLimit", rls)
-		check("ParseRateLimitPolicy", pols)
-		if !reflect.DeepEqual(rls, ParseRateLimit(rl)) || !reflect.DeepEqual(pols, ParseRateLimitPolicy(pol)) {
+		rls, pols := parseRateLimit(rl), parseRateLimitPolicy(pol)
+		check("parseRateLimit", rls)
+		check("parseRateLimitPolicy", pols)
+		if !reflect.DeepEqual(rls, parseRateLimit(rl)) || !reflect.DeepEqual(pols, parseRateLimitPolicy(pol)) {
 			t.Fatal("not deterministic")
 		}
 		// Field lines split anywhere read as well as the whole line.
 		if i := len(rl) / 2; i < len(rl) {
-			check("ParseRateLimit (split)", ParseRateLimit(rl[:i], rl[i:]))
+			check("parseRateLimit (split)", parseRateLimit(rl[:i], rl[i:]))
 		}
 
-		// A well-formed member, followed by anything, reads back first.
+		// A well-formed line, followed by any other line, reads back
+		// first. (A malformed member hides its whole line: RFC 9651 is
+		// strict.) An Integer has at most 15 digits.
 		quoted, ok := sfQuote(name)
 		if !ok {
 			return
 		}
+		const sfMaxInteger = 999_999_999_999_999
+		r, sec = r%(sfMaxInteger+1), sec%(sfMaxInteger+1)
 		rs, ss := strconv.FormatUint(r, 10), strconv.FormatUint(sec, 10)
-		wantRemaining := int64(min(r, math.MaxInt64))
+		wantRemaining := int64(r)
 		wantSeconds := MaxStatedDuration
 		if sec < uint64(MaxStatedDuration/time.Second) {
 			wantSeconds = time.Duration(sec) * time.Second
 		}
-		got := ParseRateLimit(quoted+";r="+rs+";t="+ss+", "+rl, pol)
-		want := StatedQuota{Name: name, Limit: -1, Remaining: wantRemaining, Reset: wantSeconds}
+		got := parseRateLimit(quoted+";r="+rs+";t="+ss, rl)
+		want := statedQuota{Name: name, Limit: -1, Remaining: wantRemaining, Reset: wantSeconds}
 		if len(got) == 0 || got[0] != want {
-			t.Fatalf("ParseRateLimit of %q;r=%s;t=%s then %q: %+v, want first %+v", quoted, rs, ss, rl, got, want)
+			t.Fatalf("parseRateLimit of %q;r=%s;t=%s then the line %q: %+v, want first %+v", quoted, rs, ss, rl, got, want)
 		}
-		gotPol := ParseRateLimitPolicy(quoted+";q="+rs+";w="+ss, pol)
-		wantPol := StatedQuota{Name: name, Limit: wantRemaining, Remaining: -1, Window: wantSeconds}
+		gotPol := parseRateLimitPolicy(quoted+";q="+rs+";w="+ss, pol)
+		wantPol := statedQuota{Name: name, Limit: wantRemaining, Remaining: -1, Window: wantSeconds}
 		if len(gotPol) == 0 || gotPol[0] != wantPol {
-			t.Fatalf("ParseRateLimitPolicy of %q;q=%s;w=%s then %q: %+v, want first %+v", quoted, rs, ss, pol, gotPol, wantPol)
+			t.Fatalf("parseRateLimitPolicy of %q;q=%s;w=%s then %q: %+v, want first %+v", quoted, rs, ss, pol, gotPol, wantPol)
 		}
 
 		// Through ParseFeedback: the member is exhausted, so it wins.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/httpjob"
 )
 
 // ErrUnknownDownstream is wrapped by CheckJob's and ResolveHTTP's error
@@ -26,15 +26,15 @@ var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
 //
 // The tenant's own capacity is checked by the producer itself.
 func (c *Config) CheckJob(job *queue.Job) error {
-	if job.Type == downstream.HTTPJobType {
+	if job.Type == httpjob.Type {
 		var req struct {
 			URL string `json:"url"`
 		}
 		if err := json.Unmarshal(job.Payload, &req); err != nil {
-			return fmt.Errorf("%s payload is not an HTTP request: %v", downstream.HTTPJobType, err)
+			return fmt.Errorf("%s payload is not an HTTP request: %v", httpjob.Type, err)
 		}
 		if req.URL == "" {
-			return fmt.Errorf("%s payload: url is required", downstream.HTTPJobType)
+			return fmt.Errorf("%s payload: url is required", httpjob.Type)
 		}
 		if _, err := c.ResolveHTTP(job, req.URL); err != nil {
 			return err
@@ -60,7 +60,7 @@ func (c *Config) CheckJob(job *queue.Job) error {
 // base_url covers rawURL (DownstreamFor).
 func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (Downstream, error) {
 	if job.Downstream == "" {
-		return Downstream{}, fmt.Errorf("a %s job must name its downstream", downstream.HTTPJobType)
+		return Downstream{}, fmt.Errorf("a %s job must name its downstream", httpjob.Type)
 	}
 	d, ok := c.Downstreams[job.Downstream]
 	if !ok {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -18,7 +18,7 @@ import (
 // after the first job every job for it stays in the waiting room.
 func TestDuplicateEnqueueHTTPAndCLI(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	a := newAPI(t, downstream.FakeConfig{})
+	a := newAPI(t, downstreamtest.Config{})
 	f := newFleet(t, fmt.Sprintf(`queue:
   name: %s
   bound: 100

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -74,7 +74,7 @@ func TestEndToEnd(t *testing.T) {
 	// time; on two shared cores running this test's six processes that
 	// jitter must stay inside the downstream's tolerance.
 	const quota = 25
-	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: quota, Tolerance: 3})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: quota, Tolerance: 3})
 	defer fake.Close()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")

@@ -27,7 +27,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -122,7 +122,7 @@ func logRefusals(t *testing.T, a *api, events map[string]time.Time) {
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := redistest.Start(t, persistent)
 	q, tol := pick(quota, 100), pick(tolerance, 5)
-	a := newAPI(t, downstream.FakeConfig{Rate: float64(q), Tolerance: tol})
+	a := newAPI(t, downstreamtest.Config{Rate: float64(q), Tolerance: tol})
 	f := newFleet(t, policyFor(a, q, ""), "-redis", "redis://"+srv.Addr()+"/0")
 	workers := []*workerProc{f.start(), f.start(), f.start()}
 	rdb := srv.Client(t)
@@ -203,7 +203,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 // the fleet resumes by itself.
 func TestRedisUnreachable(t *testing.T) {
 	srv := redistest.Start(t, persistent)
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance})
 	const maxWait = time.Second
 	f := newFleet(t, strings.Replace(policyFor(a, quota, ""), "max_wait: 2s", "max_wait: 1s", 1), "-redis", "redis://"+srv.Addr()+"/0")
 	workers := []*workerProc{f.start(), f.start(), f.start()}
@@ -280,7 +280,7 @@ func TestRedisUnreachable(t *testing.T) {
 func TestWorkerKilled(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
 	const conc, perWorker = 6, 2
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance, MaxConcurrent: conc, Latency: 50 * time.Millisecond})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance, MaxConcurrent: conc, Latency: 50 * time.Millisecond})
 	f := newFleet(t, policyFor(a, quota, fmt.Sprintf("    concurrency: %d\n    lease: 2s\n", conc)), "-redis", "redis://"+srv.Addr()+"/0")
 	start := func() *workerProc { return f.start("-concurrency", fmt.Sprint(perWorker)) }
 	workers := []*workerProc{start(), start(), start()}
@@ -344,7 +344,7 @@ func TestWorkerKilled(t *testing.T) {
 // at once.
 func TestGracefulStop(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance, Latency: 1500 * time.Millisecond})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance, Latency: 1500 * time.Millisecond})
 	f := newFleet(t, policyFor(a, quota, "    timeout: 5s\n"), "-redis", "redis://"+srv.Addr()+"/0")
 	workers := []*workerProc{f.start("-shutdown-timeout", "1s"), f.start("-shutdown-timeout", "1s")}
 	rdb := srv.Client(t)
@@ -440,7 +440,7 @@ func noCrossSlot(t *testing.T, f *fleet, outputs ...string) {
 // policy is refused (exit 3), and no command fails with CROSSSLOT.
 func TestClusterEndToEnd(t *testing.T) {
 	c := redistest.StartCluster(t)
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance})
 	f := newFleet(t, policyFor(a, quota, ""), clusterFlags(c)...)
 	workers := []*workerProc{f.start(), f.start(), f.start()}
 
@@ -522,7 +522,7 @@ func nodeOf(t *testing.T, c *redistest.Cluster, rdb *redis.ClusterClient, key st
 func TestClusterMasterRestart(t *testing.T) {
 	c := redistest.StartCluster(t)
 	rdb := c.Client(t)
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance})
 	f := newFleet(t, policyFor(a, quota, ""), clusterFlags(c)...)
 	f.start()
 	f.start()
@@ -596,7 +596,7 @@ func waves(calls []apiCall, gap time.Duration) []wave {
 // Every job completes once the downstream recovers.
 func TestDownstreamPauses(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance})
 	f := newFleet(t, policyFor(a, quota, "    timeout: 1s\n"), "-redis", "redis://"+srv.Addr()+"/0")
 	f.start()
 	f.start()
@@ -611,13 +611,13 @@ func TestDownstreamPauses(t *testing.T) {
 	hold := pick(4500*time.Millisecond, 10*time.Second)
 	phases := []struct {
 		name  string
-		fault downstream.Fault
+		fault downstreamtest.Fault
 		pause time.Duration // the least the fleet must wait after a refusal
 	}{
-		{"429 Retry-After: 2", downstream.Fault429Seconds(2), 2 * time.Second},
-		{"429 Retry-After: <HTTP-date 2s ahead>", downstream.Fault429Date(2 * time.Second), 2 * time.Second},
-		{"429 without Retry-After", downstream.Fault429NoHeader, time.Second},
-		{"503 without Retry-After", downstream.Fault503(0), time.Second},
+		{"429 Retry-After: 2", downstreamtest.Fault429Seconds(2), 2 * time.Second},
+		{"429 Retry-After: <HTTP-date 2s ahead>", downstreamtest.Fault429Date(2 * time.Second), 2 * time.Second},
+		{"429 without Retry-After", downstreamtest.Fault429NoHeader, time.Second},
+		{"503 without Retry-After", downstreamtest.Fault503(0), time.Second},
 	}
 	// A pause is set by the worker that got the refusal, from when it read
 	// it; a call arriving at the fake a pause after an earlier one may
@@ -663,7 +663,7 @@ func TestDownstreamPauses(t *testing.T) {
 			}
 		}
 	}
-	a.fake.SetFault(downstream.FaultNone)
+	a.fake.SetFault(downstreamtest.FaultNone)
 	recovered := time.Now()
 
 	missing, places := settle(t, a, rdb, ids, tenants4, time.Duration(n/quota+60)*time.Second)
@@ -687,7 +687,7 @@ func TestDownstreamPauses(t *testing.T) {
 // them).
 func TestDownstreamHang(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	a := newAPI(t, downstream.FakeConfig{Rate: quota, Tolerance: tolerance})
+	a := newAPI(t, downstreamtest.Config{Rate: quota, Tolerance: tolerance})
 	const timeout = time.Second
 	f := newFleet(t, policyFor(a, quota, "    timeout: 1s\n"), "-redis", "redis://"+srv.Addr()+"/0")
 	f.start()
@@ -701,11 +701,11 @@ func TestDownstreamHang(t *testing.T) {
 		func() string { return fmt.Sprintf("%d of %d delivered before the fault", a.delivered(ids), n) })
 
 	hold := pick(2500*time.Millisecond, 6*time.Second)
-	a.fake.SetFault(downstream.FaultHang)
+	a.fake.SetFault(downstreamtest.FaultHang)
 	from := time.Now()
 	time.Sleep(hold) // the fault lasts this long
 	to := time.Now()
-	a.fake.SetFault(downstream.FaultNone)
+	a.fake.SetFault(downstreamtest.FaultNone)
 
 	// Every hung call ends when its worker gives up, a timeout after it
 	// started.

@@ -30,7 +30,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/queue"
@@ -319,11 +319,11 @@ func (a *api) jobs(prefix string, n int, tenants []string) (lines []string) {
 	return lines
 }
 
-// api is the downstream of the fault tests: a FakeServer enforcing the
+// api is the downstream of the fault tests: a downstreamtest.Server enforcing the
 // quota behind a recording proxy that notes which job each call belongs
 // to (from its path), when it arrived, its status and when it ended.
 type api struct {
-	fake  *downstream.FakeServer
+	fake  *downstreamtest.Server
 	proxy *httptest.Server
 	mu    sync.Mutex
 	calls []apiCall
@@ -338,9 +338,9 @@ type apiCall struct {
 
 // newAPI starts the fake and the proxy; both stop when t ends (the fake
 // first, which releases calls it holds).
-func newAPI(t *testing.T, cfg downstream.FakeConfig) *api {
+func newAPI(t *testing.T, cfg downstreamtest.Config) *api {
 	t.Helper()
-	a := &api{fake: downstream.NewFakeServer(cfg)}
+	a := &api{fake: downstreamtest.NewServer(cfg)}
 	target, _ := url.Parse(a.fake.URL())
 	tr := &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
 	rp := &httputil.ReverseProxy{

@@ -2,7 +2,7 @@
 // tests and benchmarks use to check pacing against a quota.
 //
 // Every function takes the arrival times as a []time.Time sorted in
-// ascending order, the form that downstream.FakeServer.Arrivals returns.
+// ascending order, the form that downstreamtest.Server.Arrivals returns.
 // Times are compared with time.Time.Sub, so readings that carry Go's
 // monotonic clock (time.Now's) are measured on it and are immune to wall
 // clock steps. An unsorted slice gives unspecified results; sort it first

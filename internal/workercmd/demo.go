@@ -13,9 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/httpjob"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -41,7 +42,7 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	defer closeRedis()
 	quota := o.demoRate
-	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: float64(quota)})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(quota)})
 	defer fake.Close()
 	base, _ := url.Parse(fake.URL() + "/api/")
 	lim := throttle.Limit{Name: "demo-api", Rate: quota, Per: time.Second, MaxWait: 2 * time.Second}
@@ -136,7 +137,7 @@ func produce(ctx context.Context, p *queue.Producer, tenant string, rate int64, 
 		case <-tick.C:
 		}
 		payload := fmt.Sprintf(`{"method":"POST","url":%q,"body":"order %d"}`, base+"orders", n)
-		_, err := p.Enqueue(ctx, queue.Job{Tenant: tenant, Type: downstream.HTTPJobType, Downstream: "demo-api", Payload: []byte(payload)})
+		_, err := p.Enqueue(ctx, queue.Job{Tenant: tenant, Type: httpjob.Type, Downstream: "demo-api", Payload: []byte(payload)})
 		switch {
 		case err == nil:
 			admitted.Add(1)

@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/httpjob"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -205,15 +206,15 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 // mux returns the worker's handlers: the built-in HTTP job.
 func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 	mux := queue.NewServeMux()
-	mux.Handle(downstream.HTTPJobType, &downstream.HTTPJob{
+	mux.Handle(httpjob.Type, &httpjob.Handler{
 		Throttle: w.th,
 		Metrics:  m,
-		Resolve: func(job *queue.Job, rawURL string) (downstream.HTTPTarget, error) {
+		Resolve: func(job *queue.Job, rawURL string) (httpjob.Target, error) {
 			d, err := w.cfg.ResolveHTTP(job, rawURL)
 			if err != nil {
-				return downstream.HTTPTarget{}, err
+				return httpjob.Target{}, err
 			}
-			return downstream.HTTPTarget{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout}, nil
+			return httpjob.Target{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout}, nil
 		},
 	})
 	return mux

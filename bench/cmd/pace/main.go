@@ -4,7 +4,7 @@
 // It starts its own redis-server on a free loopback port, without
 // persistence ($SLUICE_REDIS_SERVER when that is set, else redis-server on
 // the PATH; see internal/redistest), and, in its own process, a
-// downstream.FakeServer that enforces the quota strictly (a GCRA with a
+// downstreamtest.Server that enforces the quota strictly (a GCRA with a
 // tolerance of max(2, 1% of a second's quota) calls: an early call gets
 // 429) and records every arrival. Then, for each quota and one after
 // another, it runs each approach for -duration:
@@ -20,7 +20,7 @@
 //   - floor: one process whose procs×goroutines goroutines share one
 //     rate.Limiter: the best this machine can do.
 //
-// Every run gets a fresh FakeServer and a flushed Redis. The figures cover
+// Every run gets a fresh downstreamtest.Server and a flushed Redis. The figures cover
 // the steady state: the first and last -trim of arrivals are left out.
 // Workers are this binary started again with a hidden argument; each stops
 // by itself at the end of its run, and dies with the benchmark on Linux.
@@ -70,7 +70,7 @@ import (
 	benchstat "github.com/sluicehq/sluice/bench/internal/pacestat"
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 	"github.com/sluicehq/sluice/bench/internal/sysstat"
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -321,7 +321,7 @@ func run(ctx context.Context, o options) ([][]*row, error) {
 // a flushed Redis.
 func runOnce(ctx context.Context, o options, addr string, rdb *redis.Client, a approach, q int64) (*segment, error) {
 	tolerance := max(2, int(math.Ceil(float64(q)/100)))
-	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: float64(q), Tolerance: tolerance})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(q), Tolerance: tolerance})
 	defer fake.Close()
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		return nil, err

@@ -4,7 +4,7 @@
 // reaches the downstream (issue 6).
 //
 // It starts a redis-server on a free loopback port (persistence off), a
-// downstream.FakeServer that enforces a quota and answers 429 above it,
+// downstreamtest.Server that enforces a quota and answers 429 above it,
 // and the real worker binary (built from ../cmd/worker unless -worker is
 // given) as a child process with a policy file for one downstream. A
 // producer posts jobs to the worker's POST /enqueue at -rate per second
@@ -48,7 +48,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -143,7 +143,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	// second's calls: the soak is about growth, and on a shared 2-core
 	// machine scheduler stalls alone bunch calls by tens of milliseconds
 	// (cmd/pace measures the pacing itself against that floor).
-	fake := downstream.NewFakeServer(downstream.FakeConfig{Rate: float64(o.quota), Tolerance: max(2, o.quota/20)})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(o.quota), Tolerance: max(2, o.quota/20)})
 	defer fake.Close()
 
 	listen, err := freeAddr()

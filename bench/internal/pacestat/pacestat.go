@@ -6,7 +6,7 @@
 // the root package has (MaxInWindow, GapCV, Count, Buckets) come from it.
 //
 // Every function takes arrival times sorted in increasing order, as
-// downstream.FakeServer.Arrivals returns them.
+// downstreamtest.Server.Arrivals returns them.
 package pacestat
 
 import (
@@ -81,8 +81,8 @@ func (g Gaps) CV() float64 {
 // Refused replays a strict GCRA server over the arrivals, from an empty
 // bucket: rate calls per second, and a call may come up to tolerance
 // intervals before its theoretical arrival time. It reports which calls
-// such a server refuses. This is the rule of downstream.FakeServer in its
-// FakeStrict mode, which decides each call at its recorded arrival, so the
+// such a server refuses. This is the rule of downstreamtest.Server in its
+// Strict mode, which decides each call at its recorded arrival, so the
 // replay tells which of the recorded arrivals got 429.
 func Refused(arr []time.Time, rate float64, tolerance int) []bool {
 	out := make([]bool, len(arr))

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	rootstat "github.com/sluicehq/sluice/internal/pacestat"
 )
 
@@ -96,11 +96,11 @@ func TestRefusedByRule(t *testing.T) {
 	}
 }
 
-// TestRefusedMatchesFakeServer checks the replay against the server it
+// TestRefusedMatchesServer checks the replay against the server it
 // stands for: the 429s it finds in the recorded arrivals are the ones the
 // server counted.
-func TestRefusedMatchesFakeServer(t *testing.T) {
-	f := downstream.NewFakeServer(downstream.FakeConfig{Rate: 500, Tolerance: 3})
+func TestRefusedMatchesServer(t *testing.T) {
+	f := downstreamtest.NewServer(downstreamtest.Config{Rate: 500, Tolerance: 3})
 	defer f.Close()
 	client := &http.Client{Timeout: 5 * time.Second}
 	var wg sync.WaitGroup

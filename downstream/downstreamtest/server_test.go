@@ -1,4 +1,4 @@
-package downstream
+package downstreamtest
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func (c *fakeTestClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// fakeAnswer is what one call to a FakeServer got.
+// fakeAnswer is what one call to a Server got.
 type fakeAnswer struct {
 	status int
 	header http.Header
@@ -49,7 +49,7 @@ type fakeAnswer struct {
 }
 
 // fakeDo sends one call to f and reads its answer.
-func fakeDo(t *testing.T, f *FakeServer, method, path, body string) fakeAnswer {
+func fakeDo(t *testing.T, f *Server, method, path, body string) fakeAnswer {
 	t.Helper()
 	req, err := http.NewRequest(method, f.URL()+path, strings.NewReader(body))
 	if err != nil {
@@ -67,7 +67,7 @@ func fakeDo(t *testing.T, f *FakeServer, method, path, body string) fakeAnswer {
 	return fakeAnswer{resp.StatusCode, resp.Header, string(b)}
 }
 
-func fakeGet(t *testing.T, f *FakeServer) fakeAnswer {
+func fakeGet(t *testing.T, f *Server) fakeAnswer {
 	t.Helper()
 	return fakeDo(t, f, http.MethodGet, "/", "")
 }
@@ -102,11 +102,11 @@ func fakeEventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// newFakeDecider builds a FakeServer that does not listen, for driving
+// newFakeDecider builds a Server that does not listen, for driving
 // its decisions directly.
-func newFakeDecider(t *testing.T, cfg FakeConfig) *FakeServer {
+func newFakeDecider(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	f := &FakeServer{cfg: cfg, counts: FakeCounts{ByStatus: map[int]int{}}}
+	f := &Server{cfg: cfg, counts: Counts{ByStatus: map[int]int{}}}
 	if err := f.configure(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func newFakeDecider(t *testing.T, cfg FakeConfig) *FakeServer {
 
 func TestFakeStrictBurst(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: 2, Clock: clock.Now})
+	f := NewServer(Config{Rate: 100, Tolerance: 2, Clock: clock.Now})
 	defer f.Close()
 	// T = 10ms, tolerance 20ms. From rest: backlogs 0, 10ms and 20ms are
 	// within the tolerance, so three calls pass; the fourth finds 30ms.
@@ -132,7 +132,7 @@ func TestFakeStrictBurst(t *testing.T) {
 	fakeWant(t, "after one interval", fakeGet(t, f), http.StatusOK)
 	fakeWant(t, "right after", fakeGet(t, f), http.StatusTooManyRequests, "Retry-After", "1")
 	c := f.Counts()
-	want := FakeCounts{Total: 6, OK: 4, Limited: 2, ByStatus: map[int]int{200: 4, 429: 2}, MaxInFlight: 1}
+	want := Counts{Total: 6, OK: 4, Limited: 2, ByStatus: map[int]int{200: 4, 429: 2}, MaxInFlight: 1}
 	if !fakeCountsEqual(c, want) {
 		t.Errorf("counts %+v, want %+v", c, want)
 	}
@@ -141,7 +141,7 @@ func TestFakeStrictBurst(t *testing.T) {
 	}
 }
 
-func fakeCountsEqual(a, b FakeCounts) bool {
+func fakeCountsEqual(a, b Counts) bool {
 	eq := func(x, y map[int]int) bool {
 		if len(x) != len(y) {
 			return false
@@ -160,7 +160,7 @@ func fakeCountsEqual(a, b FakeCounts) bool {
 func TestFakeStrictSpacedAtIntervalNeverRefused(t *testing.T) {
 	for _, tol := range []int{0, -1} { // the default (2) and none at all
 		clock := newFakeTestClock()
-		f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: tol, Clock: clock.Now})
+		f := NewServer(Config{Rate: 100, Tolerance: tol, Clock: clock.Now})
 		for i := 0; i < 300; i++ {
 			if a := fakeGet(t, f); a.status != http.StatusOK {
 				t.Fatalf("tolerance %d: call %d spaced at the interval got %d", tol, i, a.status)
@@ -173,7 +173,7 @@ func TestFakeStrictSpacedAtIntervalNeverRefused(t *testing.T) {
 
 func TestFakeStrictZeroToleranceIsExact(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: -1, Clock: clock.Now})
+	f := NewServer(Config{Rate: 100, Tolerance: -1, Clock: clock.Now})
 	defer f.Close()
 	fakeWant(t, "first", fakeGet(t, f), http.StatusOK)
 	clock.Advance(10*time.Millisecond - time.Nanosecond)
@@ -193,10 +193,10 @@ func TestFakeStrictDecisions(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		cfg   FakeConfig
+		cfg   Config
 		steps []step
 	}{
-		{"rate 100, tolerance 2", FakeConfig{Rate: 100, Tolerance: 2}, []step{
+		{"rate 100, tolerance 2", Config{Rate: 100, Tolerance: 2}, []step{
 			{0, 200, "", 10 * time.Millisecond},
 			{0, 200, "", 20 * time.Millisecond},
 			{0, 200, "", 30 * time.Millisecond},
@@ -205,26 +205,26 @@ func TestFakeStrictDecisions(t *testing.T) {
 			{10 * time.Millisecond, 200, "", 30 * time.Millisecond},
 			{100 * time.Millisecond, 200, "", 10 * time.Millisecond}, // at rest again
 		}},
-		{"default tolerance at 1000/s is 10", FakeConfig{Rate: 1000}, []step{
+		{"default tolerance at 1000/s is 10", Config{Rate: 1000}, []step{
 			{0, 200, "", 1 * time.Millisecond}, {0, 200, "", 2 * time.Millisecond}, {0, 200, "", 3 * time.Millisecond},
 			{0, 200, "", 4 * time.Millisecond}, {0, 200, "", 5 * time.Millisecond}, {0, 200, "", 6 * time.Millisecond},
 			{0, 200, "", 7 * time.Millisecond}, {0, 200, "", 8 * time.Millisecond}, {0, 200, "", 9 * time.Millisecond},
 			{0, 200, "", 10 * time.Millisecond}, {0, 200, "", 11 * time.Millisecond},
 			{0, 429, "1", 11 * time.Millisecond},
 		}},
-		{"slow rate: Retry-After rounds up", FakeConfig{Rate: 0.25, Tolerance: -1}, []step{
+		{"slow rate: Retry-After rounds up", Config{Rate: 0.25, Tolerance: -1}, []step{
 			{0, 200, "", 4 * time.Second},
 			{time.Second, 429, "3", 3 * time.Second},
 			{1500 * time.Millisecond, 429, "3", 2500 * time.Millisecond},
 			{3999 * time.Millisecond, 429, "1", time.Millisecond},
 			{4 * time.Second, 200, "", 4 * time.Second},
 		}},
-		{"interval rounds up to the nanosecond", FakeConfig{Rate: 3, Tolerance: -1}, []step{
+		{"interval rounds up to the nanosecond", Config{Rate: 3, Tolerance: -1}, []step{
 			{0, 200, "", 333333334},
 			{333333333, 429, "1", 1},
 			{333333334, 200, "", 333333334},
 		}},
-		{"unlimited", FakeConfig{}, []step{{0, 200, "", 0}, {0, 200, "", 0}, {0, 200, "", 0}}},
+		{"unlimited", Config{}, []step{{0, 200, "", 0}, {0, 200, "", 0}, {0, 200, "", 0}}},
 	}
 	for _, c := range cases {
 		f := newFakeDecider(t, c.cfg)
@@ -241,24 +241,24 @@ func TestFakeStrictDecisions(t *testing.T) {
 
 // TestFakeWindowBound checks, on random arrivals, that the GCRA never
 // allows more than ceil(W*Rate)+Tolerance calls in a window of length W
-// (FakeShopify: BucketSize-1 in place of Tolerance), that it decides
+// (Shopify: BucketSize-1 in place of Tolerance), that it decides
 // every call as a reference computed in float64 does, and that an overload
 // does get the rate.
 func TestFakeWindowBound(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
-	cfgs := []FakeConfig{
+	cfgs := []Config{
 		{Rate: 100, Tolerance: 2},
 		{Rate: 100, Tolerance: -1},
 		{Rate: 7, Tolerance: 3},
 		{Rate: 1000},
-		{Rate: 2, Mode: FakeShopify},
-		{Rate: 50, Mode: FakeShopify, BucketSize: 5},
+		{Rate: 2, Mode: Shopify},
+		{Rate: 50, Mode: Shopify, BucketSize: 5},
 	}
 	start := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 	for _, cfg := range cfgs {
 		f := newFakeDecider(t, cfg)
 		tol := f.cfg.Tolerance
-		if cfg.Mode == FakeShopify {
+		if cfg.Mode == Shopify {
 			tol = f.cfg.BucketSize - 1
 		}
 		// The reference is the same GCRA in float64 nanoseconds (exact
@@ -302,7 +302,7 @@ func TestFakeWindowBound(t *testing.T) {
 
 func TestFakeHeaders(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: 2, Headers: true, Clock: clock.Now})
+	f := NewServer(Config{Rate: 100, Tolerance: 2, Headers: true, Clock: clock.Now})
 	defer f.Close()
 	steps := []struct {
 		status           int
@@ -330,34 +330,34 @@ func TestFakeHeaders(t *testing.T) {
 	fakeWant(t, "at rest", fakeGet(t, f), 200, "RateLimit", `"default";r=2;t=1`)
 
 	// Without Headers there are none.
-	g := NewFakeServer(FakeConfig{Rate: 100, Clock: clock.Now})
+	g := NewServer(Config{Rate: 100, Clock: clock.Now})
 	defer g.Close()
 	fakeWant(t, "no headers", fakeGet(t, g), 200, "RateLimit-Policy", "", "RateLimit", "",
 		"X-RateLimit-Limit", "", "X-RateLimit-Remaining", "", "X-RateLimit-Reset", "")
 	// Unlimited has no quota to describe.
-	u := NewFakeServer(FakeConfig{Headers: true, Clock: clock.Now})
+	u := NewServer(Config{Headers: true, Clock: clock.Now})
 	defer u.Close()
 	fakeWant(t, "unlimited", fakeGet(t, u), 200, "RateLimit-Policy", "", "RateLimit", "", "X-RateLimit-Limit", "")
 }
 
 func TestFakeHeadersFractionalRates(t *testing.T) {
 	steps := []struct {
-		cfg             FakeConfig
+		cfg             Config
 		policy, limit   string
 		first           string // RateLimit after the first call
 		firstRemaining  string
 		firstResetAfter string
 	}{
-		{FakeConfig{Rate: 2.5, Tolerance: 1}, `"default";q=5;w=2`, "5", `"default";r=1;t=1`, "1", "1"},
-		{FakeConfig{Rate: 0.5}, `"default";q=1;w=2`, "1", `"default";r=1;t=2`, "1", "2"}, // room 2, capped at q
-		{FakeConfig{Rate: 1.0 / 3, Tolerance: -1}, `"default";q=1;w=3`, "1", `"default";r=0;t=3`, "0", "3"},
-		{FakeConfig{Rate: 0.0001, Tolerance: -1}, `"default";q=1;w=10000`, "1", `"default";r=0;t=10000`, "0", "10000"},
-		{FakeConfig{Rate: 1e9}, `"default";q=1000000000;w=1`, "1000000000", `"default";r=10000000;t=1`, "10000000", "1"},
+		{Config{Rate: 2.5, Tolerance: 1}, `"default";q=5;w=2`, "5", `"default";r=1;t=1`, "1", "1"},
+		{Config{Rate: 0.5}, `"default";q=1;w=2`, "1", `"default";r=1;t=2`, "1", "2"}, // room 2, capped at q
+		{Config{Rate: 1.0 / 3, Tolerance: -1}, `"default";q=1;w=3`, "1", `"default";r=0;t=3`, "0", "3"},
+		{Config{Rate: 0.0001, Tolerance: -1}, `"default";q=1;w=10000`, "1", `"default";r=0;t=10000`, "0", "10000"},
+		{Config{Rate: 1e9}, `"default";q=1000000000;w=1`, "1000000000", `"default";r=10000000;t=1`, "10000000", "1"},
 	}
 	for _, s := range steps {
 		clock := newFakeTestClock()
 		s.cfg.Headers, s.cfg.Clock = true, clock.Now
-		f := NewFakeServer(s.cfg)
+		f := NewServer(s.cfg)
 		fakeWant(t, fmt.Sprintf("rate %v", s.cfg.Rate), fakeGet(t, f), 200,
 			"RateLimit-Policy", s.policy, "X-RateLimit-Limit", s.limit,
 			"RateLimit", s.first, "X-RateLimit-Remaining", s.firstRemaining, "X-RateLimit-Reset", s.firstResetAfter)
@@ -367,7 +367,7 @@ func TestFakeHeadersFractionalRates(t *testing.T) {
 
 func TestFakeShopify(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 2, Mode: FakeShopify, Clock: clock.Now})
+	f := NewServer(Config{Rate: 2, Mode: Shopify, Clock: clock.Now})
 	defer f.Close()
 	for i := 1; i <= 40; i++ {
 		fakeWant(t, fmt.Sprintf("call %d", i), fakeGet(t, f), 200,
@@ -398,7 +398,7 @@ func TestFakeShopify(t *testing.T) {
 
 func TestFakeShopifyHeaders(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 2, Mode: FakeShopify, BucketSize: 4, Headers: true, Clock: clock.Now})
+	f := NewServer(Config{Rate: 2, Mode: Shopify, BucketSize: 4, Headers: true, Clock: clock.Now})
 	defer f.Close()
 	for i := 1; i <= 4; i++ {
 		fakeWant(t, fmt.Sprintf("call %d", i), fakeGet(t, f), 200,
@@ -414,7 +414,7 @@ func TestFakeShopifyHeaders(t *testing.T) {
 func TestFakeFaults(t *testing.T) {
 	clock := newFakeTestClock()
 	clock.Advance(250 * time.Millisecond) // 12:00:00.25
-	f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: 2, Headers: true, Clock: clock.Now})
+	f := NewServer(Config{Rate: 100, Tolerance: 2, Headers: true, Clock: clock.Now})
 	defer f.Close()
 	noQuota := []string{"RateLimit-Policy", "", "RateLimit", "", "X-RateLimit-Limit", "", "X-RateLimit-Remaining", "", "X-RateLimit-Reset", ""}
 	steps := []struct {
@@ -457,14 +457,14 @@ func TestFakeFaults(t *testing.T) {
 	fakeWant(t, "third of the burst", fakeGet(t, f), 200)
 	fakeWant(t, "above the burst", fakeGet(t, f), 429)
 	c := f.Counts()
-	want := FakeCounts{Total: 14, OK: 3, Limited: 9, ByStatus: map[int]int{200: 3, 429: 9, 503: 2}, MaxInFlight: 1}
+	want := Counts{Total: 14, OK: 3, Limited: 9, ByStatus: map[int]int{200: 3, 429: 9, 503: 2}, MaxInFlight: 1}
 	if !fakeCountsEqual(c, want) {
 		t.Errorf("counts %+v, want %+v", c, want)
 	}
 }
 
 func TestFakeFault429DateOnRealClock(t *testing.T) {
-	f := NewFakeServer(FakeConfig{})
+	f := NewServer(Config{})
 	defer f.Close()
 	f.SetFault(Fault429Date(3 * time.Second))
 	before := time.Now()
@@ -482,7 +482,7 @@ func TestFakeFault429DateOnRealClock(t *testing.T) {
 }
 
 func TestFakeMaxConcurrent(t *testing.T) {
-	f := NewFakeServer(FakeConfig{MaxConcurrent: 2, Latency: time.Hour, Headers: true})
+	f := NewServer(Config{MaxConcurrent: 2, Latency: time.Hour, Headers: true})
 	defer f.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -507,7 +507,7 @@ func TestFakeMaxConcurrent(t *testing.T) {
 	wg.Wait()
 	fakeEventually(t, "no call in flight", func() bool { return f.Counts().InFlight == 0 })
 	c := f.Counts()
-	want := FakeCounts{Total: 3, OK: 2, Limited: 1, ByStatus: map[int]int{200: 2, 429: 1}, MaxInFlight: 3}
+	want := Counts{Total: 3, OK: 2, Limited: 1, ByStatus: map[int]int{200: 2, 429: 1}, MaxInFlight: 3}
 	if !fakeCountsEqual(c, want) {
 		t.Errorf("counts %+v, want %+v", c, want)
 	}
@@ -517,7 +517,7 @@ func TestFakeMaxConcurrent(t *testing.T) {
 // MaxConcurrent calls out is never refused, even when each new call leaves
 // the moment the previous answer arrives.
 func TestFakeMaxConcurrentSequential(t *testing.T) {
-	f := NewFakeServer(FakeConfig{MaxConcurrent: 1})
+	f := NewServer(Config{MaxConcurrent: 1})
 	defer f.Close()
 	for i := 0; i < 200; i++ {
 		if a := fakeGet(t, f); a.status != 200 {
@@ -530,7 +530,7 @@ func TestFakeMaxConcurrentSequential(t *testing.T) {
 }
 
 func TestFakeLatency(t *testing.T) {
-	f := NewFakeServer(FakeConfig{Latency: 50 * time.Millisecond, Rate: 100, Tolerance: -1})
+	f := NewServer(Config{Latency: 50 * time.Millisecond, Rate: 100, Tolerance: -1})
 	defer f.Close()
 	start := time.Now()
 	fakeWant(t, "allowed", fakeGet(t, f), 200)
@@ -547,8 +547,8 @@ func TestFakeLatency(t *testing.T) {
 }
 
 func TestFakeCloseReleasesHungCalls(t *testing.T) {
-	for _, cfg := range []FakeConfig{{}, {Latency: time.Hour}} {
-		f := NewFakeServer(cfg)
+	for _, cfg := range []Config{{}, {Latency: time.Hour}} {
+		f := NewServer(cfg)
 		if cfg.Latency == 0 {
 			f.SetFault(FaultHang)
 		}
@@ -593,7 +593,7 @@ func TestFakeCloseReleasesHungCalls(t *testing.T) {
 }
 
 func TestFakeHangReleasedWhenClientGivesUp(t *testing.T) {
-	f := NewFakeServer(FakeConfig{})
+	f := NewServer(Config{})
 	defer f.Close()
 	f.SetFault(FaultHang)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -609,7 +609,7 @@ func TestFakeHangReleasedWhenClientGivesUp(t *testing.T) {
 }
 
 func TestFakeArrivalsUnderLoad(t *testing.T) {
-	f := NewFakeServer(FakeConfig{Rate: 2000})
+	f := NewServer(Config{Rate: 2000})
 	defer f.Close()
 	const workers, each = 32, 30
 	begin := time.Now()
@@ -657,14 +657,14 @@ func TestFakeArrivalsUnderLoad(t *testing.T) {
 	if got := f.Arrivals(); got == nil || len(got) != 0 {
 		t.Errorf("after Reset, arrivals %v", got)
 	}
-	if c := f.Counts(); !fakeCountsEqual(c, FakeCounts{ByStatus: map[int]int{}}) {
+	if c := f.Counts(); !fakeCountsEqual(c, Counts{ByStatus: map[int]int{}}) {
 		t.Errorf("after Reset, counts %+v", c)
 	}
 }
 
 func TestFakeResetKeepsQuota(t *testing.T) {
 	clock := newFakeTestClock()
-	f := NewFakeServer(FakeConfig{Rate: 100, Tolerance: 2, Clock: clock.Now})
+	f := NewServer(Config{Rate: 100, Tolerance: 2, Clock: clock.Now})
 	defer f.Close()
 	for i := 0; i < 3; i++ {
 		fakeGet(t, f)
@@ -680,7 +680,7 @@ func TestFakeResetKeepsQuota(t *testing.T) {
 }
 
 func TestFakeAcceptsAnyCall(t *testing.T) {
-	f := NewFakeServer(FakeConfig{})
+	f := NewServer(Config{})
 	defer f.Close()
 	u, err := url.Parse(f.URL())
 	if err != nil {
@@ -718,18 +718,18 @@ func TestFakeAcceptsAnyCall(t *testing.T) {
 
 func TestFakeConfigDefaults(t *testing.T) {
 	steps := []struct {
-		cfg       FakeConfig
+		cfg       Config
 		tolerance int
 		bucket    int
 	}{
-		{FakeConfig{Rate: 100}, 2, 40},
-		{FakeConfig{Rate: 250}, 2, 40},
-		{FakeConfig{Rate: 399}, 3, 40},
-		{FakeConfig{Rate: 1000}, 10, 40},
-		{FakeConfig{Rate: 1000, Tolerance: 1}, 1, 40},
-		{FakeConfig{Rate: 1000, Tolerance: -3}, 0, 40},
-		{FakeConfig{Rate: 2, Mode: FakeShopify, BucketSize: 80}, 2, 80},
-		{FakeConfig{}, 2, 40},
+		{Config{Rate: 100}, 2, 40},
+		{Config{Rate: 250}, 2, 40},
+		{Config{Rate: 399}, 3, 40},
+		{Config{Rate: 1000}, 10, 40},
+		{Config{Rate: 1000, Tolerance: 1}, 1, 40},
+		{Config{Rate: 1000, Tolerance: -3}, 0, 40},
+		{Config{Rate: 2, Mode: Shopify, BucketSize: 80}, 2, 80},
+		{Config{}, 2, 40},
 	}
 	for _, s := range steps {
 		f := newFakeDecider(t, s.cfg)
@@ -740,7 +740,7 @@ func TestFakeConfigDefaults(t *testing.T) {
 }
 
 func TestFakeConfigInvalid(t *testing.T) {
-	bad := []FakeConfig{
+	bad := []Config{
 		{Rate: -1},
 		{Rate: math.NaN()},
 		{Rate: math.Inf(1)},
@@ -749,17 +749,17 @@ func TestFakeConfigInvalid(t *testing.T) {
 		{BucketSize: -1},
 		{MaxConcurrent: -1},
 		{Latency: -time.Second},
-		{Mode: FakeMode(7)},
+		{Mode: Mode(7)},
 		{Rate: 1e-6, Tolerance: math.MaxInt},
 	}
 	for _, cfg := range bad {
 		func() {
 			defer func() {
 				if recover() == nil {
-					t.Errorf("%+v: NewFakeServer did not panic", cfg)
+					t.Errorf("%+v: NewServer did not panic", cfg)
 				}
 			}()
-			f := NewFakeServer(cfg)
+			f := NewServer(cfg)
 			f.Close()
 		}()
 	}
@@ -767,7 +767,7 @@ func TestFakeConfigInvalid(t *testing.T) {
 
 func TestFakeNames(t *testing.T) {
 	for v, want := range map[fmt.Stringer]string{
-		FakeStrict: "strict", FakeShopify: "shopify", FakeMode(9): "FakeMode(9)",
+		Strict: "strict", Shopify: "shopify", Mode(9): "Mode(9)",
 		FaultKindNone: "none", FaultKind429Seconds: "429-seconds", FaultKind429Date: "429-date",
 		FaultKind429NoHeader: "429-no-header", FaultKind503: "503", FaultKindHang: "hang", FaultKind(9): "FaultKind(9)",
 	} {

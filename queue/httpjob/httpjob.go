@@ -1,4 +1,11 @@
-package downstream
+// Package httpjob is the queue's built-in job type for outbound HTTP calls,
+// sluice.http, which makes the worker useful with no Go code of the
+// user's. Each job sends one request through a downstream.Transport and
+// maps the answer onto the queue's outcomes.
+//
+// It lives apart from package downstream so that programs using only the
+// throttled http.RoundTripper do not link the queue (and asynq).
+package httpjob
 
 import (
 	"bytes"
@@ -10,19 +17,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// HTTPJobType is the job type of the built-in outbound HTTP call.
-const HTTPJobType = "sluice.http"
+// Type is the job type of the built-in outbound HTTP call.
+const Type = "sluice.http"
 
-// IdempotencyHeader is the header field in which an HTTPJobType request
+// IdempotencyHeader is the header field in which a Type request
 // carries its job's id, so that a downstream can recognise a repeat.
 const IdempotencyHeader = "Idempotency-Key"
 
-// HTTPRequest is the payload of an HTTPJobType job.
-type HTTPRequest struct {
+// Request is the payload of a Type job.
+type Request struct {
 	// Method is the HTTP method; default GET.
 	Method string `json:"method,omitempty"`
 	// URL must lie under the base URL of the job's downstream.
@@ -34,8 +42,8 @@ type HTTPRequest struct {
 	Body string `json:"body,omitempty"`
 }
 
-// HTTPTarget is what the worker knows of a job's downstream.
-type HTTPTarget struct {
+// Target is what the worker knows of a job's downstream.
+type Target struct {
 	// Limit is the downstream's pace (to pause it after a 429).
 	Limit throttle.Limit
 	// PerTenant: the job's throttle key includes its tenant.
@@ -44,14 +52,15 @@ type HTTPTarget struct {
 	Timeout time.Duration
 }
 
-// HTTPJob runs HTTPJobType jobs: it sends the request through a Transport
-// (the worker has taken the job's slot already, so the Transport only
-// reads the response's limits) and maps the answer onto the queue:
+// Handler runs Type jobs: it sends the request through a
+// downstream.Transport (the worker has taken the job's slot already, so the
+// Transport only reads the response's limits) and maps the answer onto the
+// queue:
 //
 //   - 2xx: done;
 //   - 429, or 503: the downstream is paused fleet-wide (by Retry-After, or
-//     the RateLimit fields, or DefaultBackoff) and the job rescheduled for
-//     then, spending no retry;
+//     the RateLimit fields, or downstream.DefaultBackoff) and the job
+//     rescheduled for then, spending no retry;
 //   - other 5xx and network errors: retried with backoff;
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
@@ -63,33 +72,33 @@ type HTTPTarget struct {
 // A job may only call a URL under its downstream's base URL (Resolve
 // refuses others), so that whoever can enqueue cannot make the workers
 // reach arbitrary hosts.
-type HTTPJob struct {
+type Handler struct {
 	// Resolve returns the job's downstream for its URL, or an error when
 	// the URL is not under the downstream's base URL. Required.
-	Resolve func(job *queue.Job, rawURL string) (HTTPTarget, error)
+	Resolve func(job *queue.Job, rawURL string) (Target, error)
 	// Throttle receives pauses. Required.
 	Throttle *throttle.Throttle
 	// Base sends the requests; default http.DefaultTransport.
 	Base http.RoundTripper
 	// Metrics counts responses; nil for none.
-	Metrics *Metrics
+	Metrics *downstream.Metrics
 }
 
 // maxErrorBody is how much of an error response is kept in the error.
 const maxErrorBody = 512
 
 // ProcessJob sends the job's request.
-func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
-	var req HTTPRequest
+func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
+	var req Request
 	if err := json.Unmarshal(job.Payload, &req); err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: payload is not an HTTP request: %v", HTTPJobType, job.ID, err))
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: payload is not an HTTP request: %v", Type, job.ID, err))
 	}
 	if req.URL == "" {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", HTTPJobType, job.ID))
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", Type, job.ID))
 	}
 	target, err := h.Resolve(job, req.URL)
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
 	}
 	method := req.Method
 	if method == "" {
@@ -99,11 +108,11 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(WithSlotTaken(ctx), timeout)
+	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), timeout)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
 	}
 	hr.Header.Set(IdempotencyHeader, job.ID)
 	for k, v := range req.Header {
@@ -114,11 +123,11 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)
-	tr := &Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
+	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
 	resp, err := tr.RoundTrip(hr)
 	if err != nil {
 		// The URL may carry credentials: say only where it went.
-		return fmt.Errorf("sluice: %s job %s to %s: %w", HTTPJobType, job.ID, hr.URL.Host, redact(err, req.URL))
+		return fmt.Errorf("sluice: %s job %s to %s: %w", Type, job.ID, hr.URL.Host, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -127,12 +136,24 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		return queue.Reschedule(pauseFor(resp, DefaultBackoff, DefaultMaxPause), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		return queue.Reschedule(pauseFor(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
-		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", HTTPJobType, job.ID, code, hr.URL.Host)
+		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
 	default:
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", HTTPJobType, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", Type, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
 	}
+}
+
+// pauseFor is when a job refused with 429 or 503 runs again: the pause
+// that the Transport set for the whole fleet from the same answer, and
+// the default backoff for an answer that says nothing (a 503 without
+// Retry-After is not counted as a refusal by ParseFeedback).
+func pauseFor(resp *http.Response) time.Duration {
+	fb := downstream.ParseFeedback(resp.StatusCode, resp.Header, time.Now())
+	if d := fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause); d > 0 {
+		return d
+	}
+	return downstream.DefaultBackoff
 }
 
 // redact removes the full URL (which may hold credentials or tokens in

@@ -1,8 +1,10 @@
-package downstream
-
-// This file is the fake third-party API: an HTTP server on a loopback port,
-// in the style of net/http/httptest, that enforces a quota exactly and
-// records the arrival of every call, for tests, benchmarks and the demo.
+// Package downstreamtest provides a fake third-party API for tests,
+// benchmarks and the demo, as net/http/httptest does for net/http: an HTTP
+// server on a loopback port that enforces a quota exactly, answers 429 with
+// Retry-After above it, can be told to misbehave, and records the arrival
+// time of every call. It is kept out of package downstream so that
+// programs using the throttled Transport do not link it.
+package downstreamtest
 
 import (
 	"fmt"
@@ -16,13 +18,13 @@ import (
 	"time"
 )
 
-// FakeMode is how a FakeServer enforces its quota.
-type FakeMode int
+// Mode is how a Server enforces its quota.
+type Mode int
 
 const (
-	// FakeStrict enforces FakeConfig.Rate as a GCRA (the generic cell rate
+	// Strict enforces Config.Rate as a GCRA (the generic cell rate
 	// algorithm, a leaky bucket used as a meter) with an emission interval
-	// T = 1/Rate and a tolerance of FakeConfig.Tolerance intervals.
+	// T = 1/Rate and a tolerance of Config.Tolerance intervals.
 	//
 	// The state is one theoretical arrival time (TAT). A call arriving at
 	// t is allowed when max(TAT, t) - t <= Tolerance*T, and then moves TAT
@@ -33,46 +35,46 @@ const (
 	// one second holds at most ceil(Rate)+Tolerance allowed calls. The
 	// tolerance is what absorbs network jitter in front of a client that
 	// paces correctly.
-	FakeStrict FakeMode = iota
-	// FakeShopify behaves like Shopify's REST Admin API: a leaky bucket of
-	// FakeConfig.BucketSize calls that leaks Rate calls per second. A call
+	Strict Mode = iota
+	// Shopify behaves like Shopify's REST Admin API: a leaky bucket of
+	// Config.BucketSize calls that leaks Rate calls per second. A call
 	// that would overflow the bucket gets 429 with "Retry-After: 2.0", and
 	// every answer carries X-Shopify-Shop-Api-Call-Limit: "used/size",
 	// where used counts the call itself and rounds partly leaked calls up.
-	// The bucket is the same GCRA as FakeStrict's with a tolerance of
+	// The bucket is the same GCRA as Strict's with a tolerance of
 	// BucketSize-1 intervals: from empty it takes BucketSize calls at
 	// once. Tolerance is ignored.
-	FakeShopify
+	Shopify
 )
 
 // String returns the mode's name.
-func (m FakeMode) String() string {
+func (m Mode) String() string {
 	switch m {
-	case FakeStrict:
+	case Strict:
 		return "strict"
-	case FakeShopify:
+	case Shopify:
 		return "shopify"
 	}
-	return "FakeMode(" + strconv.Itoa(int(m)) + ")"
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// FakeConfig configures a FakeServer. The zero value is an unlimited
+// Config configures a Server. The zero value is an unlimited
 // server that answers every call at once with 200.
-type FakeConfig struct {
+type Config struct {
 	// Rate is the quota in calls per second; 0 is unlimited (every call
 	// is allowed and no quota header is sent). When positive it must lie
 	// in [1e-6, 1e9]. The emission interval 1/Rate is rounded up to the
 	// nanosecond, so the server never allows more than Rate.
 	Rate float64
-	// Tolerance is FakeStrict's burst tolerance in calls (see FakeStrict).
+	// Tolerance is Strict's burst tolerance in calls (see Strict).
 	// 0 means the default, 1% of one second's quota rounded down and at
 	// least 2: max(2, floor(Rate/100)). A negative value means no tolerance
 	// at all: a call earlier than its theoretical arrival time by even a
 	// nanosecond is refused.
 	Tolerance int
-	// Mode chooses the enforcement; the default is FakeStrict.
-	Mode FakeMode
-	// BucketSize is FakeShopify's bucket in calls; 0 means 40, Shopify's
+	// Mode chooses the enforcement; the default is Strict.
+	Mode Mode
+	// BucketSize is Shopify's bucket in calls; 0 means 40, Shopify's
 	// standard bucket.
 	BucketSize int
 	// Latency delays the answer to each allowed call (the simulated work),
@@ -88,7 +90,7 @@ type FakeConfig struct {
 	// RateLimit-Policy and RateLimit in the structured-field form of
 	// draft-ietf-httpapi-ratelimit-headers, and X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset (delta seconds). See
-	// FakeServer for their values.
+	// Server for their values.
 	Headers bool
 	// Clock reads the time of each arrival; nil means time.Now, whose
 	// monotonic readings make the quota immune to wall clock steps. Tests
@@ -97,7 +99,7 @@ type FakeConfig struct {
 	Clock func() time.Time
 }
 
-// FaultKind is a scripted misbehaviour of a FakeServer.
+// FaultKind is a scripted misbehaviour of a Server.
 type FaultKind int
 
 const (
@@ -141,7 +143,7 @@ func (k FaultKind) String() string {
 	return "FaultKind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Fault is a FakeServer's scripted misbehaviour, set with SetFault and
+// Fault is a Server's scripted misbehaviour, set with SetFault and
 // applied to every call that arrives until the next SetFault. A call that
 // meets a fault is recorded as an arrival but consumes no quota, and its
 // answer carries no quota headers. Build one with the constructors below or
@@ -183,10 +185,10 @@ func Fault503(n int) Fault {
 	return Fault{Kind: FaultKind503, RetryAfter: time.Duration(max(n, 0)) * time.Second}
 }
 
-// FakeCounts is what a FakeServer has answered since it started or since
+// Counts is what a Server has answered since it started or since
 // its last Reset. Each call is counted when it arrives, with the answer
 // decided then, even if the client gives up before the answer is written.
-type FakeCounts struct {
+type Counts struct {
 	// Total counts every call received: len(Arrivals()).
 	Total int
 	// OK counts the calls answered with a 2xx status.
@@ -206,30 +208,30 @@ type FakeCounts struct {
 	MaxInFlight int
 }
 
-// FakeServer is a third-party API for tests, benchmarks and the demo, in
+// Server is a third-party API for tests, benchmarks and the demo, in
 // the style of net/http/httptest: it listens on a loopback port, accepts
 // any method and path, reads and discards the request body, enforces a
-// quota (see FakeMode) decided exactly, under one lock, at each call's
+// quota (see Mode) decided exactly, under one lock, at each call's
 // arrival time, and records every arrival. Answers are small JSON bodies:
 // {"ok":true} for an allowed call, an error object otherwise.
 //
-// With FakeConfig.Headers the answers describe the quota's state after the
-// call: for FakeStrict, RateLimit-Policy: "default";q=Q;w=W states the
+// With Config.Headers the answers describe the quota's state after the
+// call: for Strict, RateLimit-Policy: "default";q=Q;w=W states the
 // Rate as Q calls per W seconds, with W the smallest whole number of
 // seconds up to an hour in which Rate makes a whole number of calls (or, for
 // a rate that has none, W = ceil(1/Rate) and Q the calls in W rounded
 // down); RateLimit: "default";r=R;t=S states the R calls that would be
 // allowed if sent at once now (capped at Q) and the S seconds, rounded up,
 // until the server is back at rest. X-RateLimit-Limit, -Remaining and
-// -Reset carry Q, R and S. For FakeShopify, Q is the bucket size, W the
+// -Reset carry Q, R and S. For Shopify, Q is the bucket size, W the
 // seconds it takes to leak a full bucket (rounded up), R the room left in
 // the bucket and S the seconds until it is empty.
 //
 // A refused call gets 429 with Retry-After in whole seconds, rounded up
-// and at least 1, when the next call would be allowed (FakeShopify: "2.0",
+// and at least 1, when the next call would be allowed (Shopify: "2.0",
 // as Shopify sends).
-type FakeServer struct {
-	cfg       FakeConfig
+type Server struct {
+	cfg       Config
 	now       func() time.Time
 	interval  time.Duration // the emission interval; 0: unlimited
 	tolerance time.Duration // how far ahead of a call TAT may be
@@ -248,35 +250,35 @@ type FakeServer struct {
 	tat      time.Time // the theoretical arrival time
 	fault    Fault
 	arrivals []time.Time
-	counts   FakeCounts // all but InFlight
+	counts   Counts // all but InFlight
 	inFlight int
 }
 
-// NewFakeServer starts a FakeServer on 127.0.0.1 (or ::1 when IPv4 has no
+// NewServer starts a Server on 127.0.0.1 (or ::1 when IPv4 has no
 // loopback), on a port of the system's choosing; Close stops it. Like
 // httptest.NewServer, it panics when it cannot listen, and also on an
 // invalid configuration: a Rate that is not 0 or within [1e-6, 1e9], a
 // negative BucketSize, MaxConcurrent or Latency, an unknown Mode, or a
 // Tolerance or BucketSize so large that the bucket's span overflows.
-func NewFakeServer(cfg FakeConfig) *FakeServer {
-	f := &FakeServer{
+func NewServer(cfg Config) *Server {
+	f := &Server{
 		cfg:      cfg,
 		now:      cfg.Clock,
 		stop:     make(chan struct{}),
 		served:   make(chan struct{}),
 		arrivals: make([]time.Time, 0, 8192),
-		counts:   FakeCounts{ByStatus: map[int]int{}},
+		counts:   Counts{ByStatus: map[int]int{}},
 	}
 	if f.now == nil {
 		f.now = time.Now
 	}
 	if err := f.configure(); err != nil {
-		panic("downstream: NewFakeServer: " + err.Error())
+		panic("downstreamtest: NewServer: " + err.Error())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		if ln, err = net.Listen("tcp6", "[::1]:0"); err != nil {
-			panic("downstream: NewFakeServer: cannot listen on a loopback port: " + err.Error())
+			panic("downstreamtest: NewServer: cannot listen on a loopback port: " + err.Error())
 		}
 	}
 	f.url = "http://" + ln.Addr().String()
@@ -300,7 +302,7 @@ func NewFakeServer(cfg FakeConfig) *FakeServer {
 
 // configure checks f.cfg, fills in its defaults and derives the GCRA's
 // parameters.
-func (f *FakeServer) configure() error {
+func (f *Server) configure() error {
 	c := &f.cfg
 	switch {
 	case math.IsNaN(c.Rate) || c.Rate < 0 || c.Rate > 0 && (c.Rate < 1e-6 || c.Rate > 1e9):
@@ -311,7 +313,7 @@ func (f *FakeServer) configure() error {
 		return fmt.Errorf("negative MaxConcurrent %d", c.MaxConcurrent)
 	case c.Latency < 0:
 		return fmt.Errorf("negative Latency %v", c.Latency)
-	case c.Mode != FakeStrict && c.Mode != FakeShopify:
+	case c.Mode != Strict && c.Mode != Shopify:
 		return fmt.Errorf("unknown Mode %v", c.Mode)
 	}
 	switch {
@@ -329,7 +331,7 @@ func (f *FakeServer) configure() error {
 	// 1e9/Rate is at most 1e15 ns, far from overflow.
 	f.interval = time.Duration(math.Ceil(float64(time.Second) / c.Rate))
 	calls := int64(c.Tolerance)
-	if c.Mode == FakeShopify {
+	if c.Mode == Shopify {
 		calls = int64(c.BucketSize) - 1
 	}
 	// Keep the span of a full bucket, plus one interval, within int64.
@@ -338,7 +340,7 @@ func (f *FakeServer) configure() error {
 	}
 	f.tolerance = time.Duration(calls) * f.interval
 	var window int64
-	if c.Mode == FakeShopify {
+	if c.Mode == Shopify {
 		f.limit = int64(c.BucketSize)
 		window = fakeCeilSeconds(time.Duration(c.BucketSize) * f.interval)
 	} else {
@@ -374,19 +376,19 @@ func fakeCeilSeconds(d time.Duration) int64 {
 
 // URL returns the server's base URL, such as http://127.0.0.1:41234. Any
 // path below it is served.
-func (f *FakeServer) URL() string { return f.url }
+func (f *Server) URL() string { return f.url }
 
 // Client returns an HTTP client for the server, with room for 1024 idle
 // connections so that a load test does not churn through ephemeral ports.
 // Close closes its idle connections.
-func (f *FakeServer) Client() *http.Client { return f.client }
+func (f *Server) Client() *http.Client { return f.client }
 
 // Close stops the server: it refuses new connections, closes the open
 // ones, aborts the calls held by FaultHang or in their Latency (their
 // clients see the connection close, with no answer), and waits for every
 // handler to return (each does so promptly). Arrivals and Counts
 // remain readable. Close may be called more than once.
-func (f *FakeServer) Close() {
+func (f *Server) Close() {
 	f.closeOnce.Do(func() {
 		f.mu.Lock()
 		f.closed = true // from here no handler joins f.calls
@@ -402,7 +404,7 @@ func (f *FakeServer) Close() {
 // SetFault changes the server's behaviour for the calls that arrive from
 // now on; FaultNone restores normal service. Calls already held by
 // FaultHang stay held.
-func (f *FakeServer) SetFault(fault Fault) {
+func (f *Server) SetFault(fault Fault) {
 	f.mu.Lock()
 	f.fault = fault
 	f.mu.Unlock()
@@ -411,11 +413,11 @@ func (f *FakeServer) SetFault(fault Fault) {
 // Arrivals returns a copy of the arrival time of every call since the
 // server started or was last Reset, sorted, whatever its answer. Each is
 // read from the clock (time.Now, with its monotonic reading, unless
-// FakeConfig.Clock says otherwise) as the handler starts, before the body
+// Config.Clock says otherwise) as the handler starts, before the body
 // is read, under the lock that decides the quota: the order of the
 // arrivals is the order in which the calls were decided. The result is
 // never nil.
-func (f *FakeServer) Arrivals() []time.Time {
+func (f *Server) Arrivals() []time.Time {
 	f.mu.Lock()
 	a := slices.Clone(f.arrivals)
 	f.mu.Unlock()
@@ -431,7 +433,7 @@ func (f *FakeServer) Arrivals() []time.Time {
 
 // Counts returns what the server has answered since it started or was
 // last Reset.
-func (f *FakeServer) Counts() FakeCounts {
+func (f *Server) Counts() Counts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.counts
@@ -446,10 +448,10 @@ func (f *FakeServer) Counts() FakeCounts {
 // Reset forgets the arrivals and counts between the phases of a test or
 // benchmark. The quota's state and the fault are kept, and MaxInFlight
 // restarts from the calls in flight now.
-func (f *FakeServer) Reset() {
+func (f *Server) Reset() {
 	f.mu.Lock()
 	f.arrivals = f.arrivals[:0]
-	f.counts = FakeCounts{ByStatus: map[int]int{}, MaxInFlight: f.inFlight}
+	f.counts = Counts{ByStatus: map[int]int{}, MaxInFlight: f.inFlight}
 	f.mu.Unlock()
 }
 
@@ -473,7 +475,7 @@ const (
 
 // decide decides the call arriving at now and records the decision in the
 // counts; f.mu must be held and the call counted in f.inFlight.
-func (f *FakeServer) decide(now time.Time) fakeDecision {
+func (f *Server) decide(now time.Time) fakeDecision {
 	d := f.decision(now)
 	switch {
 	case d.hang:
@@ -491,7 +493,7 @@ func (f *FakeServer) decide(now time.Time) fakeDecision {
 
 // decision applies the fault, MaxConcurrent and the quota, in that order,
 // to the call arriving at now; f.mu must be held.
-func (f *FakeServer) decision(now time.Time) fakeDecision {
+func (f *Server) decision(now time.Time) fakeDecision {
 	switch f.fault.Kind {
 	case FaultKindHang:
 		return fakeDecision{hang: true}
@@ -527,7 +529,7 @@ func (f *FakeServer) decision(now time.Time) fakeDecision {
 	}
 	if d.backlog > f.tolerance {
 		d.status = http.StatusTooManyRequests
-		if f.cfg.Mode == FakeShopify {
+		if f.cfg.Mode == Shopify {
 			d.retryAfter = "2.0"
 			d.body = fmt.Sprintf(`{"errors":"Exceeded %s calls per second for api client. Reduce request rates to resume uninterrupted service."}`,
 				strconv.FormatFloat(f.cfg.Rate, 'g', -1, 64))
@@ -543,7 +545,7 @@ func (f *FakeServer) decision(now time.Time) fakeDecision {
 }
 
 // setHeaders writes d's headers into h.
-func (f *FakeServer) setHeaders(h http.Header, d fakeDecision) {
+func (f *Server) setHeaders(h http.Header, d fakeDecision) {
 	h.Set("Content-Type", "application/json")
 	if d.retryAfter != "" {
 		h.Set("Retry-After", d.retryAfter)
@@ -558,7 +560,7 @@ func (f *FakeServer) setHeaders(h http.Header, d fakeDecision) {
 		room = int64((f.tolerance-d.backlog)/f.interval) + 1
 	}
 	reset := strconv.FormatInt(fakeCeilSeconds(d.backlog), 10)
-	if f.cfg.Mode == FakeShopify {
+	if f.cfg.Mode == Shopify {
 		used := min(f.limit, int64((d.backlog+f.interval-1)/f.interval))
 		h.Set("X-Shopify-Shop-Api-Call-Limit", strconv.FormatInt(used, 10)+"/"+strconv.FormatInt(f.limit, 10))
 		room = f.limit - used
@@ -575,7 +577,7 @@ func (f *FakeServer) setHeaders(h http.Header, d fakeDecision) {
 }
 
 // serve is the handler of every call.
-func (f *FakeServer) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()

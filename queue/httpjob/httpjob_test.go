@@ -1,0 +1,139 @@
+package httpjob
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// TestMain fails the run when a request or a pause left a goroutine
+// running after the tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newThrottle(t *testing.T) *throttle.Throttle {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	th, err := throttle.New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { th.Close() })
+	return th
+}
+
+// httptestServer serves h on loopback for the test and returns its URL.
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func TestOutcomes(t *testing.T) {
+	th := newThrottle(t)
+	var status int
+	var header http.Header
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, "answer body")
+	})
+	api := httptestServer(t, mux)
+	base, _ := url.Parse(api + "/v1/")
+	job := &Handler{Throttle: th, Resolve: func(j *queue.Job, raw string) (Target, error) {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host != base.Host || !strings.HasPrefix(u.Path, base.Path) {
+			return Target{}, errors.New("url outside the downstream's base URL")
+		}
+		return Target{Limit: throttle.Limit{Name: "api", Rate: 100}}, nil
+	}}
+	run := func(payload string) error {
+		return job.ProcessJob(context.Background(), &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)})
+	}
+	ok := `{"method":"POST","url":"` + api + `/v1/orders","body":"x"}`
+	for _, c := range []struct {
+		status  int
+		header  http.Header
+		payload string
+		check   func(error) bool
+		want    string
+	}{
+		{200, nil, ok, func(err error) bool { return err == nil }, "done"},
+		{204, nil, ok, func(err error) bool { return err == nil }, "done"},
+		{429, http.Header{"Retry-After": {"7"}}, ok, func(err error) bool {
+			var re *queue.RescheduleError
+			return errors.As(err, &re) && re.After == 7*time.Second
+		}, "rescheduled for Retry-After"},
+		{503, nil, ok, func(err error) bool {
+			var re *queue.RescheduleError
+			return errors.As(err, &re) && re.After == downstream.DefaultBackoff
+		}, "rescheduled after the default backoff"},
+		{500, nil, ok, func(err error) bool {
+			var re *queue.RescheduleError
+			return err != nil && !errors.As(err, &re) && !strings.Contains(err.Error(), "answer body")
+		}, "a retryable error"},
+		{404, nil, ok, func(err error) bool {
+			return err != nil && strings.Contains(err.Error(), "HTTP 404") && strings.Contains(err.Error(), "answer body")
+		}, "archived with the body"},
+		{200, nil, `{"url":"http://evil.example/x"}`, func(err error) bool { return err != nil && strings.Contains(err.Error(), "outside") }, "refused URL"},
+		{200, nil, `not json`, func(err error) bool { return err != nil && strings.Contains(err.Error(), "payload") }, "bad payload"},
+	} {
+		status, header = c.status, c.header
+		if err := run(c.payload); !c.check(err) {
+			t.Errorf("HTTP %d, payload %.40s: got %v; want %s", c.status, c.payload, err, c.want)
+		}
+	}
+}
+
+// TestIdempotencyKey: the job's id goes out as Idempotency-Key,
+// the same on every run of the job, unless the payload overrides it or
+// turns it off.
+func TestIdempotencyKey(t *testing.T) {
+	th := newThrottle(t)
+	got := make(chan []string, 1)
+	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values(IdempotencyHeader)
+	}))
+	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (Target, error) {
+		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
+	}}
+	for _, c := range []struct {
+		header string
+		want   []string
+	}{
+		{``, []string{"job-7"}},
+		{`,"header":{"X-Other":"1"}`, []string{"job-7"}},
+		{`,"header":{"idempotency-key":"mine"}`, []string{"mine"}},
+		{`,"header":{"Idempotency-Key":""}`, nil},
+	} {
+		payload := `{"method":"POST","url":"` + api + `/x"` + c.header + `}`
+		for range 2 { // a job run twice sends the same key
+			if err := job.ProcessJob(context.Background(), &queue.Job{ID: "job-7", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)}); err != nil {
+				t.Fatalf("%s: %v", payload, err)
+			}
+			if v := <-got; !slices.Equal(v, c.want) {
+				t.Errorf("%s: Idempotency-Key %q, want %q", payload, v, c.want)
+			}
+		}
+	}
+}
