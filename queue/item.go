@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // itemMark starts every entry that this version writes into a tenant's
@@ -53,7 +52,7 @@ func (j *Job) item(queue string) (string, error) {
 	retry := uint64(max(j.maxRetry()-j.Retried, 0))
 	timeout := uint64(1800)
 	if j.Timeout > 0 {
-		timeout = uint64(j.Timeout / time.Second)
+		timeout = uint64(j.timeoutSeconds())
 	}
 	// Protocol buffers: fields in number order, proto3 leaving out empty
 	// strings and zeros; a tag is the field number << 3 | the wire type

@@ -95,12 +95,13 @@ local function message(H, env)
   local key = j.id
   if type(j.nonce) == 'string' and string.find(j.nonce, '^%x+$') then key = key .. '@' .. j.nonce end
   -- queue.Job's defaults: max_retry 0 is 25, -1 none; timeout 0 is 30
-  -- minutes. asynq counts the retries left, in whole seconds of timeout.
+  -- minutes. asynq counts the retries left, in whole seconds of timeout
+  -- (rounded up: under a second is not none).
   local retry = math.floor(tonumber(j.max_retry) or 0)
   if retry == 0 then retry = 25 elseif retry < 0 then retry = 0 end
   retry = math.max(retry - math.floor(tonumber(j.retried) or 0), 0)
   local timeout = tonumber(j.timeout) or 0
-  if timeout <= 0 then timeout = 1800 else timeout = math.floor(timeout / 1e9) end
+  if timeout <= 0 then timeout = 1800 else timeout = math.ceil(timeout / 1e9) end
   local task = 'sluice:' .. key .. ':' .. int(math.floor(tonumber(j.moves) or 0))
   local class = j.class
   if type(class) ~= 'string' or class == '' then class = 'default' end
