@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/urlerr"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -103,7 +104,8 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", HTTPJobType, job.ID, err))
+		// Say why without the URL: it may hold credentials.
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", HTTPJobType, job.ID, urlerr.Reason(err)))
 	}
 	hr.Header.Set(IdempotencyHeader, job.ID)
 	for k, v := range req.Header {
