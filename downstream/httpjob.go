@@ -24,12 +24,14 @@ const IdempotencyHeader = "Idempotency-Key"
 
 // HTTPRequest is the payload of an HTTPJobType job.
 type HTTPRequest struct {
-	// Method is the HTTP method; default GET.
+	// Method is the HTTP method, one of HTTPMethods; default GET.
 	Method string `json:"method,omitempty"`
 	// URL must lie under the base URL of the job's downstream.
 	URL string `json:"url"`
-	// Header fields to send. Idempotency-Key is the job's id unless this
-	// sets it: to another value, or to "" to send none.
+	// Header fields to send: names that are tokens, values without
+	// control characters but tab (CheckRequest). Idempotency-Key is the
+	// job's id unless this sets it: to another value, or to "" to send
+	// none.
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
 	Body string `json:"body,omitempty"`
@@ -87,6 +89,10 @@ func (h *HTTPJob) ProcessJob(ctx context.Context, job *queue.Job) error {
 	}
 	if req.URL == "" {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", HTTPJobType, job.ID))
+	}
+	if err := CheckRequest(req.Method, req.Header); err != nil {
+		// It can never be sent: archive it, spending no retry.
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", HTTPJobType, job.ID, err))
 	}
 	target, err := h.Resolve(job, req.URL)
 	if err != nil {
