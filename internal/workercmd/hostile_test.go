@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -136,5 +137,32 @@ func TestWorkerArchivesUnsendableJobs(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("%d calls reached the downstream", n)
+	}
+}
+
+// TestRedisDownSaysItFirst: with Redis unreachable the worker's first
+// line on standard error is its own error, not go-redis's "failed to
+// dial" lines (issue 19, finding 12). go-redis writes to the process's
+// standard error, not to Main's writer, so the worker runs in a child
+// process of this test.
+func TestRedisDownSaysItFirst(t *testing.T) {
+	if args := os.Getenv("SLUICE_TEST_WORKER_ARGS"); args != "" {
+		os.Exit(Main(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-policy", policy, "-redis", "redis://" + freeAddr(t) + "/0", "-listen", freeAddr(t)}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRedisDownSaysItFirst$")
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_WORKER_ARGS="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("%v; want exit 1\n%s", err, stderr.String())
+	}
+	if !strings.HasPrefix(stderr.String(), "sluice worker: connecting to Redis: ") || strings.Contains(stderr.String(), "failed to dial") {
+		t.Errorf("standard error\n%s\nwant the worker's own error first and no go-redis lines", stderr.String())
 	}
 }

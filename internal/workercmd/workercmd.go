@@ -96,6 +96,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// go-redis would print a line per failed dial before our one error.
+	redisconn.RouteDriverLog(log)
 	if o.demo {
 		return runDemo(ctx, o, stdout, stderr)
 	}
@@ -110,7 +113,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeRedis()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	w, err := newWorker(client, cfg, o, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
