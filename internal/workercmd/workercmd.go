@@ -45,6 +45,7 @@ type options struct {
 	demoFor         time.Duration
 	demoRate        int64
 	monitorReadOnly bool
+	limits          serverLimits // defaultLimits unless a test sets them
 }
 
 func env(name, def string) string {
@@ -55,7 +56,7 @@ func env(name, def string) string {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	o := options{limits: defaultLimits}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
@@ -200,12 +201,22 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 		mux.Handle("/monitoring/", mon)
 		w.closers = append(w.closers, mon.Close)
 	}
-	w.ln, err = net.Listen("tcp", o.listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	guard := newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux)
-	w.http = &http.Server{Handler: guard, ReadHeaderTimeout: 10 * time.Second}
+	lim := o.limits
+	if lim == (serverLimits{}) {
+		lim = defaultLimits
+	}
+	w.ln = newLimitListener(ln, lim.MaxConns)
+	w.http = &http.Server{
+		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+	}
 	if tcp, ok := w.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("sluice: the HTTP endpoints (including POST /enqueue) listen beyond loopback; put them behind something that authenticates", "addr", w.ln.Addr().String())
 		if tcp.IP.IsUnspecified() && len(o.hosts) == 0 {
