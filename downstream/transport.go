@@ -112,7 +112,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.Metrics.observe(t.Limit.Name, "error")
 		return nil, err
 	}
-	t.Metrics.observe(t.Limit.Name, strconv.Itoa(resp.StatusCode))
+	t.Metrics.observe(t.Limit.Name, codeLabel(resp.StatusCode))
 	t.Feedback(ctx, key, resp)
 	if lease != nil {
 		resp.Body = &releasingBody{ReadCloser: resp.Body, lease: lease}
@@ -173,7 +173,10 @@ type Metrics struct {
 
 // NewMetrics creates and registers (when reg is not nil)
 // sluice_downstream_responses_total{downstream,code}; code is the HTTP
-// status, or "error" for a request that got no response.
+// status for those people alert on (see codeLabel), its class ("2xx",
+// "3xx", "4xx", "5xx") for the others, "other" for a status outside
+// 200-599, or "error" for a request that got no response. A downstream
+// can therefore add at most 21 series, whatever it answers.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_downstream_responses_total",
@@ -192,6 +195,26 @@ func (m *Metrics) observe(name, code string) {
 		}
 		m.responses.WithLabelValues(name, code).Inc()
 	}
+}
+
+// alertCodes are the statuses that keep their own code label.
+var alertCodes = map[int]bool{
+	200: true, 201: true, 202: true, 204: true,
+	400: true, 401: true, 403: true, 404: true, 409: true, 422: true, 429: true,
+	500: true, 502: true, 503: true, 504: true,
+}
+
+// codeLabel is the code label of a response's status: the status itself
+// when people alert on it, else its class, so that the label's values are
+// bounded whatever a downstream sends.
+func codeLabel(status int) string {
+	switch {
+	case alertCodes[status]:
+		return strconv.Itoa(status)
+	case status >= 200 && status < 600:
+		return strconv.Itoa(status/100) + "xx"
+	}
+	return "other"
 }
 
 // pauseFor is how long a response asks the fleet to stop: what its limit

@@ -221,6 +221,7 @@ func FuzzEnqueueEndpoint(f *testing.F) {
 		dump := room.m.Dump()
 
 		req := httptest.NewRequest(http.MethodPost, "/enqueue", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
 
@@ -645,7 +646,9 @@ func TestOversizedInputRefused(t *testing.T) {
 				{`{"tenant":"acme","type":"x","payload":"` + strings.Repeat("p", limit) + `"}`, fmt.Sprintf("larger than %d bytes", limit)},
 			} {
 				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(c.body)))
+				req := httptest.NewRequest(http.MethodPost, "/enqueue", strings.NewReader(c.body))
+				req.Header.Set("Content-Type", "application/json")
+				h.ServeHTTP(rec, req)
 				var resp EnqueueResponse
 				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 					t.Fatalf("body of %d bytes: answer %q: %v", len(c.body), rec.Body.Bytes(), err)

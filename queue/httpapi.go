@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -36,10 +37,13 @@ type EnqueueResponse struct {
 
 // HTTPHandler returns the HTTP enqueue endpoint for p, so that services in
 // any language can produce. It accepts POST with an EnqueueRequest and
-// answers:
+// Content-Type application/json, and answers:
 //
 //   - 202 Accepted with the job's id;
 //   - 400 with a JSON error for a bad request;
+//   - 415 with a JSON error when the Content-Type is not
+//     application/json (what a web page can send without asking: a
+//     form, or text/plain);
 //   - 409 with reason "duplicate" and the job's id when a job with that
 //     id is waiting in the queue (see Job.ID): nothing was written,
 //     the job already there will run;
@@ -51,12 +55,20 @@ type EnqueueResponse struct {
 //
 // Admitted answers carry the RateLimit fields too when the tenant has a
 // policy. Mount it where you like; bind it to loopback unless the network
-// in front of it is trusted.
+// in front of it is trusted. The worker (cmd/worker) also refuses a Host
+// it does not answer to and a foreign Origin; a server of your own that
+// mounts this handler should do the same against DNS rebinding.
 func HTTPHandler(p *Producer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			reply(w, http.StatusMethodNotAllowed, EnqueueResponse{Error: "use POST", Reason: "invalid"})
+			return
+		}
+		// A web page can POST text/plain or a form to any address
+		// without asking (a "simple" request); it cannot send JSON so.
+		if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+			reply(w, http.StatusUnsupportedMediaType, EnqueueResponse{Error: "Content-Type must be application/json", Reason: "invalid"})
 			return
 		}
 		limit := int64(p.cfg.MaxPayload) + MaxTenantLen + 64<<10

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -86,5 +87,59 @@ func TestHTTPEndpoint(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+}
+
+// TestHTTPEndpointWantsJSON: POST /enqueue takes only application/json.
+// A web page can send a form or text/plain to any address without asking
+// the server first (a CORS "simple" request), so those get 415 and
+// enqueue nothing (issue 19, finding 3).
+func TestHTTPEndpointWantsJSON(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	p, err := NewProducer(client, Config{Bound: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(HTTPHandler(p))
+	defer srv.Close()
+	accepted := 0
+	for _, c := range []struct {
+		contentType string
+		code        int
+	}{
+		{"application/json", 202},
+		{"application/json; charset=utf-8", 202},
+		{"Application/JSON", 202},
+		{"text/plain", 415},
+		{"text/plain; charset=utf-8", 415},
+		{"application/x-www-form-urlencoded", 415},
+		{"multipart/form-data; boundary=x", 415},
+		{"text/json", 415},
+		{"application/json-seq", 415},
+		{"application/json;;", 415},
+		{"", 415},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(`{"tenant":"a","type":"x"}`))
+		if c.contentType != "" {
+			req.Header.Set("Content-Type", c.contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r EnqueueResponse
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || err != nil || c.code == 415 && (r.Reason != "invalid" || !strings.Contains(r.Error, "application/json")) {
+			t.Errorf("Content-Type %q: %d %+v (%v); want %d", c.contentType, resp.StatusCode, r, err, c.code)
+		}
+		if resp.StatusCode == 202 {
+			accepted++
+		}
+	}
+	if st, err := p.Stats(context.Background()); err != nil || st.Depth != int64(accepted) {
+		t.Errorf("depth %d, %v; want the %d accepted jobs only", st.Depth, err, accepted)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -91,9 +92,11 @@ type Job struct {
 	// (APIs that charge points per call). Default 1.
 	Cost int64 `json:"cost,omitempty"`
 	// MaxRetry is how many times a failing job is retried (asynq's
-	// MaxRetry). Throttling never spends one. Default 25; -1 means none.
+	// MaxRetry). Throttling never spends one. Default 25; -1 means none;
+	// at most math.MaxInt32, the most asynq can hold.
 	MaxRetry int `json:"max_retry,omitempty"`
-	// Timeout bounds one run of the handler. Default 30 minutes.
+	// Timeout bounds one run of the handler. Default 30 minutes. asynq
+	// keeps it in whole seconds: it is rounded up to the next second.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
 	// Set by the queue:
@@ -211,6 +214,9 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("cost must not be negative, got %d", j.Cost)
 	case j.MaxRetry < -1:
 		return invalid("max_retry must be -1 (none) or more, got %d", j.MaxRetry)
+	case j.MaxRetry > math.MaxInt32:
+		// asynq keeps it as an int32: 2^31 would read as negative.
+		return invalid("max_retry must be at most %d, got %d", math.MaxInt32, j.MaxRetry)
 	case j.Timeout < 0:
 		return invalid("timeout must not be negative, got %v", j.Timeout)
 	}
@@ -247,11 +253,24 @@ func (j *Job) class() string {
 	return j.Class
 }
 
+// timeout is the job's timeout as its asynq task holds it.
 func (j *Job) timeout() time.Duration {
-	if j.Timeout == 0 {
-		return 30 * time.Minute
+	return time.Duration(j.timeoutSeconds()) * time.Second
+}
+
+// timeoutSeconds is the job's timeout in whole seconds, as asynq keeps
+// it: rounded up, so that a timeout under a second is not written as
+// none (asynq would then use its own default) and none is cut short.
+// queue_handover.lua rounds the same way.
+func (j *Job) timeoutSeconds() int64 {
+	if j.Timeout <= 0 {
+		return 1800
 	}
-	return j.Timeout
+	s := int64(j.Timeout / time.Second)
+	if j.Timeout%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 // key names this enqueue of the job (in its asynq task ids): <id>@<nonce>,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
 )
@@ -22,19 +23,29 @@ var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
 //   - a cost above its downstream's burst, which no slot can ever hold;
 //   - a built-in HTTP job without a url, or whose url no downstream's
 //     base_url covers, or that belongs to another downstream than the one
-//     it names.
+//     it names;
+//   - a built-in HTTP job that net/http could never send: a method other
+//     than GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS, a header name
+//     that is not a token, a header value with CR, LF, NUL or another
+//     control character but tab (downstream.CheckRequest). The error
+//     names neither the header nor its value.
 //
 // The tenant's own capacity is checked by the producer itself.
 func (c *Config) CheckJob(job *queue.Job) error {
 	if job.Type == httpjob.Type {
 		var req struct {
-			URL string `json:"url"`
+			Method string            `json:"method"`
+			URL    string            `json:"url"`
+			Header map[string]string `json:"header"`
 		}
 		if err := json.Unmarshal(job.Payload, &req); err != nil {
 			return fmt.Errorf("%s payload is not an HTTP request: %v", httpjob.Type, err)
 		}
 		if req.URL == "" {
 			return fmt.Errorf("%s payload: url is required", httpjob.Type)
+		}
+		if err := downstream.CheckRequest(req.Method, req.Header); err != nil {
+			return fmt.Errorf("%s payload: %w", httpjob.Type, err)
 		}
 		if _, err := c.ResolveHTTP(job, req.URL); err != nil {
 			return err

@@ -20,6 +20,10 @@ func TestCheckJob(t *testing.T) {
 		"  bare: {rate: 10}",
 	))
 	http := func(url string) []byte { return []byte(`{"method":"GET","url":"` + url + `"}`) }
+	req := func(method, header string) queue.Job {
+		return queue.Job{Type: "sluice.http", Downstream: "api",
+			Payload: []byte(`{"method":` + method + `,"url":"http://a.com/api/x","header":` + header + `}`)}
+	}
 	tests := []struct {
 		name string
 		job  queue.Job
@@ -38,6 +42,21 @@ func TestCheckJob(t *testing.T) {
 		{"http unknown downstream", queue.Job{Type: "sluice.http", Downstream: "nope", Payload: http("http://a.com/api/")}, "unknown downstream", ErrUnknownDownstream},
 		{"http no url", queue.Job{Type: "sluice.http", Downstream: "api", Payload: []byte(`{}`)}, "url is required", nil},
 		{"http not json", queue.Job{Type: "sluice.http", Downstream: "api", Payload: []byte(`GET /`)}, "payload is not an HTTP request", nil},
+		// What net/http can never send (issue 19, finding 6); the
+		// error names no header and no value.
+		{"http PATCH, tab in a value", req(`"PATCH"`, `{"X-Ok":"a\tb"}`), "", nil},
+		{"http no method", req(`""`, `{}`), "", nil},
+		{"http TRACE", req(`"TRACE"`, `{}`), "method is not one of GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS", nil},
+		{"http CONNECT", req(`"CONNECT"`, `{}`), "method is not one of", nil},
+		{"http lower-case get", req(`"get"`, `{}`), "method is not one of", nil},
+		{"http method with CRLF", req(`"GET\r\nX-Secret: 1"`, `{}`), "method is not one of", nil},
+		{"http header name with a space", req(`"GET"`, `{"X Secret-Name":"1"}`), "a header name is not a token", nil},
+		{"http header name with a colon", req(`"GET"`, `{"X-Secret-Name:":"1"}`), "a header name is not a token", nil},
+		{"http empty header name", req(`"GET"`, `{"":"1"}`), "a header name is not a token", nil},
+		{"http header value with CRLF", req(`"GET"`, `{"X-Secret-Name":"v\r\nX-Injected: 1"}`), "a header value holds a control character", nil},
+		{"http header value with LF", req(`"GET"`, `{"X-Secret-Name":"Secret-Value\n"}`), "a header value holds a control character", nil},
+		{"http header value with NUL", req(`"GET"`, `{"X-Secret-Name":"Secret-Value\u0000"}`), "a header value holds a control character", nil},
+		{"http header value with DEL", req(`"GET"`, `{"X-Secret-Name":"Secret-Value\u007f"}`), "a header value holds a control character", nil},
 	}
 	for _, tt := range tests {
 		err := cfg.CheckJob(&tt.job)
@@ -48,6 +67,8 @@ func TestCheckJob(t *testing.T) {
 			t.Errorf("%s: %v; want an error with %q", tt.name, err, tt.want)
 		case tt.is != nil && !errors.Is(err, tt.is):
 			t.Errorf("%s: %v does not wrap %v", tt.name, err, tt.is)
+		case err != nil && strings.Contains(strings.ToLower(err.Error()), "secret"):
+			t.Errorf("%s: the error echoes the header: %v", tt.name, err)
 		}
 	}
 	// QueueConfig hands the check to the producer.

@@ -351,7 +351,8 @@ func TestErrors(t *testing.T) {
 		{"base_url fragment", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a.com/#x\""), []string{"line 5:15: downstreams.s.base_url: must not have a fragment"}},
 		{"base_url dots", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/../admin"), []string{"line 5:15: downstreams.s.base_url: must not contain . or .. path segments"}},
 		{"base_url port", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com:99999/"), []string{"line 5:15: downstreams.s.base_url: port \"99999\" must be between 1 and 65535"}},
-		{"base_url bad", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a b.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid character \" \" in host name"}},
+		{"base_url bad", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a b.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid character in host name"}},
+		{"base_url password with a slash", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://u:Pw5ecret/x@a.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid port after host"}},
 		{"base_url shared", doc(q, "downstreams:", "  s: {rate: 1, base_url: https://a.com/api}", "  t: {rate: 1, base_url: HTTPS://A.COM:443/api/}"), []string{"line 4:26: downstreams.t.base_url: the same base_url as downstreams.s (line 3)"}},
 
 		{"tenant typo", doc(q, "tenants:", "  acme:", "    algorithm: gcra", "    limt: 10"), []string{"line 5:5: tenants.acme.limt: unknown field; did you mean \"limit\"?"}},

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/urlerr"
 )
 
 // ErrURLNotAllowed is wrapped by every error of DownstreamFor: the URL is
@@ -20,11 +22,7 @@ var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 func parseBaseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("not a valid URL: %v", err)
+		return nil, fmt.Errorf("not a valid URL: %s", urlerr.Reason(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("must be an http or https URL such as https://api.example.com/v1/, got scheme %q", u.Scheme)
@@ -115,15 +113,12 @@ func dotSegments(u *url.URL) bool {
 // "." or ".." segment, or that no downstream covers: the built-in HTTP job
 // uses it so that a job cannot make the workers call an arbitrary host.
 // Downstreams without a base_url cover nothing. Error messages show the
-// URL's origin and path, never its query.
+// URL's origin and path, never its query or user info, and quote nothing
+// of a URL that does not parse.
 func (c *Config) DownstreamFor(rawURL string) (Downstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return Downstream{}, fmt.Errorf("%w: not a valid URL: %v", ErrURLNotAllowed, err)
+		return Downstream{}, fmt.Errorf("%w: not a valid URL: %s", ErrURLNotAllowed, urlerr.Reason(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)

@@ -108,11 +108,15 @@ func TestDownstreamFor(t *testing.T) {
 func TestDownstreamForMessages(t *testing.T) {
 	cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  api: {rate: 1, base_url: http://a.com/api}"))
 	for url, want := range map[string]string{
-		"http://evil.com/x?token=secret":  `sluice: URL not allowed: no downstream's base_url covers "http://evil.com/x"`,
-		"http://u:secret@a.com/api":       `sluice: URL not allowed: "http://a.com/api" carries user info; send credentials in headers`,
-		"http://a.com/api/../x?k=secret":  `sluice: URL not allowed: "http://a.com/api/../x" has a . or .. path segment`,
-		"/api":                            `sluice: URL not allowed: only absolute http and https URLs may be called`,
-		"http://a b/?secret":              `sluice: URL not allowed: not a valid URL: invalid character " " in host name`,
+		"http://evil.com/x?token=secret": `sluice: URL not allowed: no downstream's base_url covers "http://evil.com/x"`,
+		"http://u:secret@a.com/api":      `sluice: URL not allowed: "http://a.com/api" carries user info; send credentials in headers`,
+		"http://a.com/api/../x?k=secret": `sluice: URL not allowed: "http://a.com/api/../x" has a . or .. path segment`,
+		"/api":                           `sluice: URL not allowed: only absolute http and https URLs may be called`,
+		"http://a b/?secret":             `sluice: URL not allowed: not a valid URL: invalid character in host name`,
+		// A password with a "/" or a port followed by more: net/url
+		// quotes the text it took for a port.
+		"http://u:secret/x@a.com/api":     `sluice: URL not allowed: not a valid URL: invalid port after host`,
+		"http://a.com:8092:secret/api":    `sluice: URL not allowed: not a valid URL: invalid port after host`,
 		"http://a.com:70000/api?k=secret": `sluice: URL not allowed: "http://a.com:70000/api": port "70000" must be between 1 and 65535`,
 	} {
 		_, err := cfg.DownstreamFor(url)

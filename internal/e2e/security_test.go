@@ -285,31 +285,39 @@ func TestSecurityRedisPassword(t *testing.T) {
 }
 
 // TestSecurityRedisURLParseErrorHidesPassword: a -redis URL that does not parse
-// must be refused without printing it: it holds the password.
+// must be refused without printing it: it holds the password. That
+// includes a password with a "/", "?" or "#", which net/url takes for
+// the end of the host and then quotes as a bad port (issue 19, finding 5).
 func TestSecurityRedisURLParseErrorHidesPassword(t *testing.T) {
 	worker, enqueue := binaries(t)
 	policy := secPolicy(t, "parse", nil)
 	const pass = "Pw-in-a-bad-url-9x"
-	bad := "redis://:" + pass + "@127.0.0.1:63x79/0" // not a port
 	env := secEnv()
-	wcode, wout := secRun(t, worker, env, "-policy", policy, "-redis", bad, "-listen", freeAddr(t))
-	ecode, eout := secRun(t, enqueue, env, "-policy", policy, "-redis", bad, "-tenant", "acme", "-type", "x")
-	if wcode == 0 || ecode == 0 {
-		t.Fatalf("a bad URL was accepted: worker exit %d, enqueue exit %d", wcode, ecode)
-	}
-	var leaks []string
-	if strings.Contains(wout, pass) {
-		leaks = append(leaks, "worker: "+strings.TrimSpace(wout))
-	}
-	if strings.Contains(eout, pass) {
-		leaks = append(leaks, "enqueue: "+strings.TrimSpace(eout))
-	}
-	if len(leaks) > 0 {
-		t.Fatalf("a -redis URL that does not parse is printed with its password:\n%s", strings.Join(leaks, "\n"))
-	}
-	for _, out := range []string{wout, eout} {
-		if !strings.Contains(out, "does not parse") {
-			t.Errorf("want an error that says the URL does not parse; got:\n%s", out)
+	for _, bad := range []string{
+		"redis://:" + pass + "@127.0.0.1:63x79/0",  // not a port
+		"redis://:" + pass + "/x@127.0.0.1:6393/0", // a "/" in the password
+		"redis://:" + pass + "?x@127.0.0.1:6393/0",
+		"redis://:" + pass + "#x@127.0.0.1:6393/0",
+	} {
+		wcode, wout := secRun(t, worker, env, "-policy", policy, "-redis", bad, "-listen", freeAddr(t))
+		ecode, eout := secRun(t, enqueue, env, "-policy", policy, "-redis", bad, "-tenant", "acme", "-type", "x")
+		if wcode == 0 || ecode == 0 {
+			t.Fatalf("a bad URL was accepted: worker exit %d, enqueue exit %d", wcode, ecode)
+		}
+		var leaks []string
+		if strings.Contains(wout, pass) {
+			leaks = append(leaks, "worker: "+strings.TrimSpace(wout))
+		}
+		if strings.Contains(eout, pass) {
+			leaks = append(leaks, "enqueue: "+strings.TrimSpace(eout))
+		}
+		if len(leaks) > 0 {
+			t.Fatalf("a -redis URL that does not parse is printed with its password:\n%s", strings.Join(leaks, "\n"))
+		}
+		for _, out := range []string{wout, eout} {
+			if !strings.Contains(out, "does not parse") {
+				t.Errorf("want an error that says the URL does not parse; got:\n%s", out)
+			}
 		}
 	}
 }

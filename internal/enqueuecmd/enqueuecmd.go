@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -124,6 +125,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// go-redis would print a line per failed dial before our one error.
+	redisconn.RouteDriverLog(slog.New(slog.NewTextHandler(stderr, nil)))
 	client, err := o.redis.Client()
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/urlerr"
 )
 
 // Flags are the connection settings of a command.
@@ -80,11 +82,8 @@ func parse(raw string) (*redis.Options, error) {
 	const want = "want redis://[user:password@]host:port/db, or rediss:// for TLS"
 	u, err := url.Parse(raw)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error quotes the whole URL
-		}
-		return nil, fmt.Errorf("-redis: the URL does not parse (%v); %s", err, want)
+		// Its errors quote the URL, or a password taken for a port.
+		return nil, fmt.Errorf("-redis: the URL does not parse (%s); %s", urlerr.Reason(err), want)
 	}
 	o, err := redis.ParseURL(raw)
 	if err != nil {

@@ -16,6 +16,13 @@ func TestErrorsLeaveThePasswordOut(t *testing.T) {
 		"redis://:" + pass + "@127.0.0.1:6379/zero", // not a db
 		"http://:" + pass + "@127.0.0.1:6379/0",     // not redis
 		"redis://:" + pass + "@127.0.0.1:6379/0?dial_timeout=soon",
+		// A "/", "?" or "#" in the password ends the authority early:
+		// net/url takes the password for a port and quotes it.
+		"redis://:" + pass + "/x@127.0.0.1:6393/0",
+		"redis://:" + pass + "?x@127.0.0.1:6393/0",
+		"redis://:" + pass + "#x@127.0.0.1:6393/0",
+		"redis://user:" + pass + "/x@127.0.0.1:6393/0",
+		"redis://" + pass + "{/x@127.0.0.1:6393/0",
 	} {
 		_, err := Flags{URL: u}.Client()
 		if err == nil {

@@ -37,6 +37,8 @@ import (
 type options struct {
 	redis           redisconn.Flags
 	policy, listen  string
+	allowedHosts    string
+	hosts           []string // allowedHosts, parsed
 	concurrency     int
 	fallback        float64
 	shutdown        time.Duration
@@ -44,6 +46,7 @@ type options struct {
 	demoFor         time.Duration
 	demoRate        int64
 	monitorReadOnly bool
+	limits          serverLimits // defaultLimits unless a test sets them
 }
 
 func env(name, def string) string {
@@ -54,7 +57,7 @@ func env(name, def string) string {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	o := options{limits: defaultLimits}
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
@@ -62,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
 	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY", ""), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
 	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
+	fs.StringVar(&o.allowedHosts, "allowed-hosts", env("SLUICE_ALLOWED_HOSTS", ""), "comma-separated Host names the HTTP endpoints answer to besides the listen address (and localhost, 127.0.0.1, [::1] on a loopback or all-addresses listener): name for any port, name:port for one (env SLUICE_ALLOWED_HOSTS)")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
 	fs.Float64Var(&o.fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM lets running jobs finish")
@@ -78,6 +82,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !o.demo && o.policy == "" {
 		return o, errors.New("-policy is required (or -demo)")
 	}
+	hosts, err := parseAllowedHosts(o.allowedHosts)
+	if err != nil {
+		return o, err
+	}
+	o.hosts = hosts
 	if o.concurrency < 1 {
 		return o, fmt.Errorf("-concurrency must be at least 1, got %d", o.concurrency)
 	}
@@ -97,6 +106,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	// go-redis would print a line per failed dial before our one error.
+	redisconn.RouteDriverLog(log)
 	if o.demo {
 		return runDemo(ctx, o, stdout, stderr)
 	}
@@ -111,7 +123,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer closeRedis()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	w, err := newWorker(client, cfg, o, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
@@ -191,13 +202,27 @@ func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log 
 		mux.Handle("/monitoring/", mon)
 		w.closers = append(w.closers, mon.Close)
 	}
-	w.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	w.ln, err = net.Listen("tcp", o.listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
+	lim := o.limits
+	if lim == (serverLimits{}) {
+		lim = defaultLimits
+	}
+	w.ln = newLimitListener(ln, lim.MaxConns)
+	w.http = &http.Server{
+		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
+		ReadHeaderTimeout: lim.ReadHeader,
+		ReadTimeout:       lim.Read,
+		WriteTimeout:      lim.Write,
+		IdleTimeout:       lim.Idle,
+	}
 	if tcp, ok := w.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("sluice: the HTTP endpoints (including POST /enqueue) listen beyond loopback; put them behind something that authenticates", "addr", w.ln.Addr().String())
+		if tcp.IP.IsUnspecified() && len(o.hosts) == 0 {
+			log.Warn("sluice: listening on every address, the HTTP endpoints answer only to localhost, 127.0.0.1 and [::1]: give the names clients use with -allowed-hosts", "addr", w.ln.Addr().String())
+		}
 	}
 	w.handlers = w.mux(dsMetrics)
 	return w, nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/urlerr"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -31,12 +32,14 @@ const IdempotencyHeader = "Idempotency-Key"
 
 // Request is the payload of a Type job.
 type Request struct {
-	// Method is the HTTP method; default GET.
+	// Method is the HTTP method, one of downstream.HTTPMethods; default GET.
 	Method string `json:"method,omitempty"`
 	// URL must lie under the base URL of the job's downstream.
 	URL string `json:"url"`
-	// Header fields to send. Idempotency-Key is the job's id unless this
-	// sets it: to another value, or to "" to send none.
+	// Header fields to send: names that are tokens, values without
+	// control characters but tab (CheckRequest). Idempotency-Key is the
+	// job's id unless this sets it: to another value, or to "" to send
+	// none.
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
 	Body string `json:"body,omitempty"`
@@ -96,6 +99,10 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if req.URL == "" {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", Type, job.ID))
 	}
+	if err := downstream.CheckRequest(req.Method, req.Header); err != nil {
+		// It can never be sent: archive it, spending no retry.
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", Type, job.ID, err))
+	}
 	target, err := h.Resolve(job, req.URL)
 	if err != nil {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
@@ -112,7 +119,8 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
+		// Say why without the URL: it may hold credentials.
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", Type, job.ID, urlerr.Reason(err)))
 	}
 	hr.Header.Set(IdempotencyHeader, job.ID)
 	for k, v := range req.Header {

@@ -1,0 +1,125 @@
+package workercmd
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// hostGuard refuses the requests that a web page in a browser could make
+// to the worker: one whose Host is not a name the worker answers to (DNS
+// rebinding: attacker.example resolved to 127.0.0.1) gets 421, and one
+// whose Origin is not the worker's own (a page of another site posting
+// to it) gets 403, on every endpoint: /enqueue, /monitoring/, /metrics
+// and /healthz.
+//
+// The worker answers to its listen address, to localhost, 127.0.0.1 and
+// [::1] on its port when it listens on loopback or on every address, and
+// to the names of -allowed-hosts: "name" for any port, "name:port" for
+// that port only.
+type hostGuard struct {
+	exact map[string]bool // host:port, lower case
+	names map[string]bool // host names allowed on any port, lower case
+	next  http.Handler
+}
+
+// newHostGuard returns the guard of a worker that was told to listen on
+// listen, listens on addr, and was given the -allowed-hosts entries extra
+// (parseAllowedHosts).
+func newHostGuard(listen string, addr net.Addr, extra []string, next http.Handler) *hostGuard {
+	g := &hostGuard{exact: map[string]bool{}, names: map[string]bool{}, next: next}
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+		g.exact[strings.ToLower(listen)] = true
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		g.exact[strings.ToLower(tcp.String())] = true
+		if tcp.IP.IsLoopback() || tcp.IP.IsUnspecified() {
+			port := strconv.Itoa(tcp.Port)
+			for _, h := range []string{"localhost", "127.0.0.1", "::1"} {
+				g.exact[net.JoinHostPort(h, port)] = true
+			}
+		}
+	}
+	for _, e := range extra {
+		if hasPort(e) {
+			g.exact[e] = true
+		} else {
+			g.names[strings.Trim(e, "[]")] = true
+		}
+	}
+	return g
+}
+
+// parseAllowedHosts splits the -allowed-hosts flag: comma-separated host
+// names or host:port, in lower case.
+func parseAllowedHosts(s string) ([]string, error) {
+	var hosts []string
+	for _, e := range strings.Split(s, ",") {
+		e = strings.ToLower(strings.TrimSpace(e))
+		if e == "" {
+			continue
+		}
+		if strings.ContainsAny(e, "/@?# ") || strings.HasSuffix(e, ":") {
+			return nil, fmt.Errorf("-allowed-hosts: %.64q is not a host name or host:port", e)
+		}
+		hosts = append(hosts, e)
+	}
+	return hosts, nil
+}
+
+// hasPort reports whether hostport ends in a port.
+func hasPort(hostport string) bool {
+	_, port, err := net.SplitHostPort(hostport)
+	return err == nil && port != ""
+}
+
+// allowed reports whether the worker answers to host, a Host field or
+// the host of an Origin (a missing port is 80 for http, 443 for https).
+func (g *hostGuard) allowed(host, defaultPort string) bool {
+	host = strings.ToLower(host)
+	if host == "" {
+		return false
+	}
+	if !hasPort(host) {
+		host = net.JoinHostPort(strings.Trim(host, "[]"), defaultPort)
+	}
+	name, _, err := net.SplitHostPort(host)
+	if err != nil {
+		return false
+	}
+	return g.exact[host] || g.names[name]
+}
+
+func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.allowed(r.Host, "80") {
+		http.Error(w, "sluice: this worker does not answer to that Host; see -allowed-hosts", http.StatusMisdirectedRequest)
+		return
+	}
+	if origins, ok := r.Header["Origin"]; ok && !g.ownOrigin(origins) {
+		http.Error(w, "sluice: requests from other origins are refused", http.StatusForbidden)
+		return
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// ownOrigin reports whether an Origin field names one of the worker's
+// own origins: http or https and a host it answers to.
+func (g *hostGuard) ownOrigin(values []string) bool {
+	if len(values) != 1 {
+		return false
+	}
+	u, err := url.Parse(values[0])
+	if err != nil || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	switch u.Scheme {
+	case "http":
+		return g.allowed(u.Host, "80")
+	case "https":
+		return g.allowed(u.Host, "443")
+	}
+	return false
+}

@@ -1,0 +1,168 @@
+package workercmd
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/config"
+	"github.com/sluicehq/sluice/queue"
+)
+
+// runWorker runs Main with args plus -policy and -listen, and stops it
+// when the test ends, requiring exit 0. It returns the listen address.
+func runWorker(t *testing.T, policy string, args ...string) (addr string, out *syncBuffer) {
+	t.Helper()
+	addr = freeAddr(t)
+	out = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Main(ctx, append([]string{"-policy", policy, "-listen", addr}, args...), io.Discard, out)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d\n%s", code, out.String())
+		}
+	})
+	waitUntil(t, 10*time.Second, "the worker to serve /healthz", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return addr, out
+}
+
+// waitUntil polls cond every 20 ms until it holds, failing the test
+// after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWorkerArchivesUnsendableJobs: sluice.http jobs that net/http could
+// never send (a TRACE or CONNECT, a header name with a space, a value
+// with CR LF or NUL), written past the enqueue check as an earlier
+// version or another producer might, are archived at once: no call to
+// the downstream, no retry, and an error that names neither the header
+// nor its value (issue 19, finding 6).
+func TestWorkerArchivesUnsendableJobs(t *testing.T) {
+	m := miniredis.RunT(t)
+	var calls atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer api.Close()
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  name: unsendable\n  bound: 10\n"+
+		"downstreams:\n  api:\n    base_url: "+api.URL+"/\n    rate: 100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, policy, "-redis", "redis://"+m.Addr()+"/0")
+	cfg, err := config.Load(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qc := cfg.QueueConfig()
+	qc.Check = nil // as a producer that skips the policy's check
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	p, err := queue.NewProducer(client, qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := []string{
+		`{"method":"TRACE","url":"` + api.URL + `/x"}`,
+		`{"method":"CONNECT","url":"` + api.URL + `/x"}`,
+		`{"url":"` + api.URL + `/x","header":{"X Secret-Name":"1"}}`,
+		`{"url":"` + api.URL + `/x","header":{"X-Secret-Name":"v\r\nX-Injected: 1"}}`,
+		`{"url":"` + api.URL + `/x","header":{"X-Secret-Name":"Secret-Value\u0000"}}`,
+	}
+	for _, pl := range payloads {
+		if _, err := p.Enqueue(context.Background(), queue.Job{Tenant: "a", Type: "sluice.http", Downstream: "api", Payload: []byte(pl)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: m.Addr()})
+	defer ins.Close()
+	var archived []*asynq.TaskInfo
+	waitUntil(t, 10*time.Second, "archive of the five jobs", func() bool {
+		archived, err = ins.ListArchivedTasks("unsendable")
+		return err == nil && len(archived) == len(payloads)
+	})
+	for _, ti := range archived {
+		if ti.Retried != 0 || strings.Contains(strings.ToLower(ti.LastErr), "secret") {
+			t.Errorf("archived after %d retries with %q; want none, and no header in the error", ti.Retried, ti.LastErr)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d calls reached the downstream", n)
+	}
+}
+
+// TestRedisDownSaysItFirst: with Redis unreachable the worker's first
+// line on standard error is its own error, not go-redis's "failed to
+// dial" lines (issue 19, finding 12). go-redis writes to the process's
+// standard error, not to Main's writer, so the worker runs in a child
+// process of this test.
+func TestRedisDownSaysItFirst(t *testing.T) {
+	if args := os.Getenv("SLUICE_TEST_WORKER_ARGS"); args != "" {
+		os.Exit(Main(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-policy", policy, "-redis", "redis://" + freeAddr(t) + "/0", "-listen", freeAddr(t)}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRedisDownSaysItFirst$")
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_WORKER_ARGS="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("%v; want exit 1\n%s", err, stderr.String())
+	}
+	if !strings.HasPrefix(stderr.String(), "sluice worker: connecting to Redis: ") || strings.Contains(stderr.String(), "failed to dial") {
+		t.Errorf("standard error\n%s\nwant the worker's own error first and no go-redis lines", stderr.String())
+	}
+}
