@@ -68,20 +68,20 @@ func TestHTTPJobRefusesWhatCannotBeSent(t *testing.T) {
 		header map[string]string
 		want   error
 	}{
-		{"TRACE", nil, ErrMethodNotAllowed},
-		{"CONNECT", nil, ErrMethodNotAllowed},
-		{"get", nil, ErrMethodNotAllowed},
-		{"SECRET-METHOD", nil, ErrMethodNotAllowed},
-		{"GET", map[string]string{"X Secret": "1"}, ErrHeaderName},
-		{"GET", map[string]string{"X-Secret:": "1"}, ErrHeaderName},
-		{"GET", map[string]string{"": "1"}, ErrHeaderName},
-		{"GET", map[string]string{"X-Secret": "v\r\nX-Injected: 1"}, ErrHeaderValue},
-		{"GET", map[string]string{"X-Secret": "secret\n"}, ErrHeaderValue},
-		{"GET", map[string]string{"X-Secret": "secret\x00"}, ErrHeaderValue},
-		{"GET", map[string]string{"X-Secret": "secret\x7f"}, ErrHeaderValue},
+		{"TRACE", nil, downstream.ErrMethodNotAllowed},
+		{"CONNECT", nil, downstream.ErrMethodNotAllowed},
+		{"get", nil, downstream.ErrMethodNotAllowed},
+		{"SECRET-METHOD", nil, downstream.ErrMethodNotAllowed},
+		{"GET", map[string]string{"X Secret": "1"}, downstream.ErrHeaderName},
+		{"GET", map[string]string{"X-Secret:": "1"}, downstream.ErrHeaderName},
+		{"GET", map[string]string{"": "1"}, downstream.ErrHeaderName},
+		{"GET", map[string]string{"X-Secret": "v\r\nX-Injected: 1"}, downstream.ErrHeaderValue},
+		{"GET", map[string]string{"X-Secret": "secret\n"}, downstream.ErrHeaderValue},
+		{"GET", map[string]string{"X-Secret": "secret\x00"}, downstream.ErrHeaderValue},
+		{"GET", map[string]string{"X-Secret": "secret\x7f"}, downstream.ErrHeaderValue},
 	} {
-		if err := CheckRequest(c.method, c.header); !errors.Is(err, c.want) {
-			t.Errorf("CheckRequest(%q, %q) = %v, want %v", c.method, c.header, err, c.want)
+		if err := downstream.CheckRequest(c.method, c.header); !errors.Is(err, c.want) {
+			t.Errorf("downstream.CheckRequest(%q, %q) = %v, want %v", c.method, c.header, err, c.want)
 		}
 		err := run(c.method, c.header)
 		if err == nil || strings.Contains(strings.ToLower(err.Error()), "secret") {
