@@ -48,7 +48,7 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 		{Job{ID: "defaults", Tenant: "a", Type: "x"}, 25, 30 * time.Minute},
 		{Job{ID: "no-retry", Tenant: "b", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)}, 0, 30 * time.Minute},
 		{Job{ID: "some-retries", Tenant: "c d", Type: "y:z", MaxRetry: 3, Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)}, 3, 26 * time.Hour},
-		{Job{ID: "seconds", Tenant: "e", Type: "y", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3}, 25, 9 * time.Second},
+		{Job{ID: "seconds", Tenant: "e", Type: "y", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3}, 25, 10 * time.Second},
 	}
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		for _, retention := range []time.Duration{0, 90 * time.Minute} {
