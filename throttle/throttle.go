@@ -6,7 +6,10 @@
 // the key's rate; a slot further away than the Limit's MaxWait is not
 // taken, and the caller learns when to come back. A Burst above 1 gives
 // token-bucket behaviour for APIs that allow bursts. Calls may cost more
-// than one unit, for APIs that charge points per call.
+// than one unit, for APIs that charge points per call. A Limit may list
+// further rates (Limit.Also) that every call keeps as well, for APIs that
+// state several limits: 10 a second and 1,000 an hour, or requests and
+// tokens a minute.
 //
 // The three verbs follow golang.org/x/time/rate: Allow takes a slot only if
 // it is due now, Reserve books the next one and says how long to wait, and
