@@ -21,7 +21,7 @@ import (
 // injected clock, an operation and what it gives.
 type step struct {
 	at    time.Duration
-	op    string // "reserve", "peek", "allow", "cancel" (the last reservation), "pause <d>"
+	op    string // "reserve", "peek", "allow", "cancel" (the last reservation), "pause <d>", "backoff <d>"
 	n     int64
 	ok    bool          // a slot (reserve, peek, allow), given back (cancel)
 	delay time.Duration // Delay when ok, RetryAfter when not; the pause left for "pause"
@@ -50,13 +50,18 @@ func runSteps(t *testing.T, client redis.UniversalClient, lim Limit, rows []step
 			res, err = th.Allow(ctx, "api", lim, r.n)
 		case r.op == "cancel":
 			res.OK, err = th.Cancel(ctx, last)
-		case strings.HasPrefix(r.op, "pause "):
-			d, perr := time.ParseDuration(r.op[len("pause "):])
+		case strings.HasPrefix(r.op, "pause "), strings.HasPrefix(r.op, "backoff "):
+			verb, arg, _ := strings.Cut(r.op, " ")
+			d, perr := time.ParseDuration(arg)
 			if perr != nil {
 				t.Fatal(perr)
 			}
 			res.OK = true
-			res.Delay, err = th.Pause(ctx, "api", lim, d)
+			if verb == "pause" {
+				res.Delay, err = th.Pause(ctx, "api", lim, d)
+			} else {
+				res.Delay, err = th.Backoff(ctx, "api", lim, d)
+			}
 		default:
 			t.Fatalf("row %d: unknown op %q", i, r.op)
 		}
@@ -155,6 +160,19 @@ func TestSeveralLimitsSteps(t *testing.T) {
 				{0, "cancel", 0, true, 0},
 				{0, "reserve", 1, true, 3500 * ms},
 				{0, "reserve", 1, true, 4000 * ms},
+			},
+		},
+		{
+			// A refusal steps the share down to 95%, for every bucket:
+			// 100 ms later it has climbed back to 95.2%, and the 10/s
+			// rate spaces the slots by 100ms / 0.952, rounded up to a µs
+			// (105,043 µs) instead of 100 ms.
+			name: "backoff paces every bucket",
+			lim:  Limit{Rate: 100, Also: []Rate{{Rate: 10}}},
+			rows: []step{
+				{0, "backoff 100ms", 0, true, 100 * ms},
+				{100 * ms, "reserve", 1, true, 0},
+				{100 * ms, "reserve", 1, true, 105043 * time.Microsecond},
 			},
 		},
 		{
