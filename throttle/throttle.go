@@ -84,7 +84,8 @@ type Limit struct {
 	// requests and tokens a minute). Each is a bucket of its own in the
 	// key's hash; a call takes a slot in all of them at once, at the
 	// latest of the slots each would give it. The pause and the adaptive
-	// share apply to every bucket. At most MaxAlso rates.
+	// share apply to every bucket; the local fallback (Options.Fallback)
+	// paces only the Limit's own rate. At most MaxAlso rates.
 	Also []Rate
 }
 
