@@ -6,7 +6,10 @@
 // the key's rate; a slot further away than the Limit's MaxWait is not
 // taken, and the caller learns when to come back. A Burst above 1 gives
 // token-bucket behaviour for APIs that allow bursts. Calls may cost more
-// than one unit, for APIs that charge points per call.
+// than one unit, for APIs that charge points per call. A Limit may list
+// further rates (Limit.Also) that every call keeps as well, for APIs that
+// state several limits: 10 a second and 1,000 an hour, or requests and
+// tokens a minute.
 //
 // The three verbs follow golang.org/x/time/rate: Allow takes a slot only if
 // it is due now, Reserve books the next one and says how long to wait, and
@@ -76,10 +79,76 @@ type Limit struct {
 	// later is not given one. Default DefaultMaxWait; negative means only
 	// a slot that is due now.
 	MaxWait time.Duration
+	// Also lists further rates the key must keep to as well, for APIs
+	// that state several limits (10 a second and 1,000 an hour;
+	// requests and tokens a minute). Each is a bucket of its own in the
+	// key's hash; a call takes a slot in all of them at once, at the
+	// latest of the slots each would give it. The pause and the adaptive
+	// share apply to every bucket; the local fallback (Options.Fallback)
+	// paces only the Limit's own rate. At most MaxAlso rates.
+	Also []Rate
 }
 
 // PerSecond returns a Limit of n evenly spaced units per second.
 func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
+
+// MaxAlso is the most rates Limit.Also may list.
+const MaxAlso = 4
+
+// Rate is one further limit of a key (Limit.Also): Rate units per Per,
+// with bursts of up to Burst units, validated as the Limit's own.
+type Rate struct {
+	// Rate units are allowed per Per. Required.
+	Rate int64
+	// Per is the period of Rate; default one second.
+	Per time.Duration
+	// Burst is how many units may start at once after an idle spell;
+	// default 1, every call evenly spaced. An hourly quota usually wants
+	// a burst: with 1,000 an hour and Burst 1, calls are 3.6 s apart.
+	Burst int64
+	// Counts says what a call takes from this bucket: its cost (the
+	// default, as the Limit's own rate does) or one unit per call.
+	Counts Counts
+}
+
+// Counts says what a call takes from a Rate's bucket.
+type Counts int
+
+const (
+	// CountsCost takes the call's cost, n units (the default): tokens a
+	// minute, when the cost is the call's tokens.
+	CountsCost Counts = iota
+	// CountsCalls takes one unit per call whatever its cost: requests a
+	// minute, beside a rate of tokens a minute.
+	CountsCalls
+)
+
+// String returns "cost" or "calls".
+func (c Counts) String() string {
+	switch c {
+	case CountsCost:
+		return "cost"
+	case CountsCalls:
+		return "calls"
+	}
+	return fmt.Sprintf("Counts(%d)", int(c))
+}
+
+// String describes the rate, as "20 per 10s, burst 5, counting calls".
+func (r Rate) String() string {
+	per := r.Per
+	if per == 0 {
+		per = time.Second
+	}
+	s := fmt.Sprintf("%d per %v", r.Rate, per)
+	if r.Burst > 1 {
+		s += fmt.Sprintf(", burst %d", r.Burst)
+	}
+	if r.Counts == CountsCalls {
+		s += ", counting calls"
+	}
+	return s
+}
 
 // compiled is a validated Limit in the units of the scripts.
 type compiled struct {
@@ -88,6 +157,39 @@ type compiled struct {
 	burst   int64
 	maxWait int64 // µs
 	args    [3]string
+	also    []bucket // Limit.Also
+}
+
+// bucket is one validated Rate of Limit.Also.
+type bucket struct {
+	rate   Rate // as given, with Per and Burst filled in
+	rl, pr int64
+	burst  int64
+	calls  bool // one unit per call, not the cost
+	args   [3]string
+}
+
+// cost is what a call of cost n takes from b.
+func (b bucket) cost(n int64) int64 {
+	if b.calls {
+		return 1
+	}
+	return n
+}
+
+// gcra validates a rate as the scripts' GCRA bucket and returns it in
+// lowest terms.
+func gcra(rate int64, per time.Duration, burst int64) (rl, pr int64, err error) {
+	p := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: rate, Period: per, Burst: burst}
+	if err := p.Validate(); err != nil {
+		return 0, 0, err
+	}
+	rl, pr = ratio.Reduce(rate, int64(per/time.Microsecond))
+	return rl, pr, nil
+}
+
+func ints(a, b, c int64) [3]string {
+	return [3]string{strconv.FormatInt(a, 10), strconv.FormatInt(b, 10), strconv.FormatInt(c, 10)}
 }
 
 func (l Limit) compile() (compiled, error) {
@@ -99,12 +201,31 @@ func (l Limit) compile() (compiled, error) {
 	if burst == 0 {
 		burst = 1
 	}
-	p := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: per, Burst: burst}
-	if err := p.Validate(); err != nil {
+	c := compiled{name: l.Name, burst: burst}
+	var err error
+	if c.rl, c.pr, err = gcra(l.Rate, per, burst); err != nil {
 		return compiled{}, err
 	}
-	c := compiled{name: l.Name, burst: burst}
-	c.rl, c.pr = ratio.Reduce(l.Rate, int64(per/time.Microsecond))
+	if len(l.Also) > MaxAlso {
+		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
+	}
+	for i, r := range l.Also {
+		if r.Per == 0 {
+			r.Per = time.Second
+		}
+		if r.Burst == 0 {
+			r.Burst = 1
+		}
+		if r.Counts != CountsCost && r.Counts != CountsCalls {
+			return compiled{}, fmt.Errorf("%w: Also[%d]: unknown Counts %d", algorithms.ErrInvalidPolicy, i, int(r.Counts))
+		}
+		b := bucket{rate: r, burst: r.Burst, calls: r.Counts == CountsCalls}
+		if b.rl, b.pr, err = gcra(r.Rate, r.Per, r.Burst); err != nil {
+			return compiled{}, fmt.Errorf("Also[%d]: %w", i, err)
+		}
+		b.args = ints(b.rl, b.pr, b.burst)
+		c.also = append(c.also, b)
+	}
 	if c.name == "" {
 		c.name = "default"
 	}
@@ -114,7 +235,7 @@ func (l Limit) compile() (compiled, error) {
 	case l.MaxWait > 0:
 		c.maxWait = int64(l.MaxWait / time.Microsecond)
 	}
-	c.args = [3]string{strconv.FormatInt(c.rl, 10), strconv.FormatInt(c.pr, 10), strconv.FormatInt(c.burst, 10)}
+	c.args = ints(c.rl, c.pr, c.burst)
 	return c, nil
 }
 
@@ -151,7 +272,9 @@ type Options struct {
 	// Fallback, between 0 and 1, is the share of each key's rate that a
 	// process paces by itself while Redis is unreachable. Zero (the
 	// default) fails closed: no slot without Redis. With N processes a
-	// share of at most 1/N keeps the fleet inside the quota.
+	// share of at most 1/N keeps the fleet inside the quota. The fallback
+	// paces only the Limit's own rate, not the rates of Limit.Also: with
+	// several limits, choose a share that keeps every one of them.
 	Fallback float64
 	// Metrics receives the throttle's counters; nil for none.
 	Metrics *Metrics
@@ -283,7 +406,15 @@ type Reservation struct {
 	queued  bool  // booked on Redis: a and f are set
 	booked  time.Time
 	compile compiled
+	// With Limit.Also: the slot in µs on the scripts' clock, and each
+	// further bucket's TAT and pace after this reservation.
+	slot int64
+	also []tat
 }
+
+// tat is a bucket's TAT after a reservation, a + f/rl µs, and the
+// interval's numerator pr it was paced at.
+type tat struct{ a, f, pr int64 }
 
 // before reports whether r's slot comes before end, an instant in µs on
 // the clock the scripts decide on; r must be queued. The slot is read from
@@ -296,8 +427,14 @@ type Reservation struct {
 // and starts, at or after the end. One booked before it starts at its
 // place, or at a time before the pause was set, which is before the end:
 // either way it starts before the end just when its place does.
+//
+// With Limit.Also the slot may be held back by another bucket than the
+// Limit's own, so it is read from the reply instead.
 func (r Reservation) before(end int64) bool {
 	c := r.compile
+	if len(c.also) > 0 {
+		return r.slot < end
+	}
 	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
 	return (r.a-end+1)*c.rl+r.f-c.burst*r.pr <= 0
 }
@@ -345,6 +482,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if n < 1 || n > c.burst {
 		return Reservation{}, fmt.Errorf("%w: cost %d with burst %d", algorithms.ErrCostExceedsCapacity, n, c.burst)
 	}
+	for i, b := range c.also {
+		if b.cost(n) > b.burst {
+			return Reservation{}, fmt.Errorf("%w: cost %d with burst %d of Also[%d] (%v)", algorithms.ErrCostExceedsCapacity, n, b.burst, i, b.rate)
+		}
+	}
 	k, err := t.rateKey(key)
 	if err != nil {
 		return Reservation{}, err
@@ -353,8 +495,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if book {
 		flag = "1"
 	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k},
-		c.args[0], c.args[1], c.args[2], n, c.maxWait, flag, t.now()).Int64Slice()
+	args := []any{c.args[0], c.args[1], c.args[2], n, c.maxWait, flag, t.now()}
+	for _, b := range c.also {
+		args = append(args, b.args[0], b.args[1], b.args[2], b.cost(n))
+	}
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, args...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -372,7 +517,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		}
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: %w", err)
 	}
-	if len(v) != 8 {
+	want := 8 // the Limit's own bucket; with Also, the slot and 3 values a bucket
+	if len(c.also) > 0 {
+		want = 9 + 3*len(c.also)
+	}
+	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
 	r := Reservation{
@@ -382,6 +531,12 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Share:  float64(v[7]) / shareFull,
 		key:    key, n: n, a: v[4], f: v[5], pr: v[6], booked: booked, compile: c,
 		queued: book && v[0] == 1,
+	}
+	if len(c.also) > 0 {
+		r.slot = v[8]
+		for i := 9; i < len(v); i += 3 {
+			r.also = append(r.also, tat{a: v[i], f: v[i+1], pr: v[i+2]})
+		}
 	}
 	if !r.OK {
 		r.Delay = 0
@@ -397,7 +552,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // Cancel gives back a reservation that will not be used. It succeeds only
 // while no later reservation has been made on the key (otherwise the slot
 // stays spent, a gap in the pace); it reports whether the slot came back.
-// The key's next slot never moves back into a pause.
+// The key's next slot never moves back into a pause. With Limit.Also,
+// every bucket gives back what the call took from it, except a bucket that
+// a pause moved since: its TAT stays at the pause's end.
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if !r.OK || r.Local || r.key == "" {
 		return false, nil
@@ -407,8 +564,12 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 		return false, err
 	}
 	c := r.compile
-	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k},
-		c.args[0], r.pr, r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]).Int()
+	args := []any{c.args[0], r.pr, r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]}
+	for i, b := range c.also {
+		x := r.also[i]
+		args = append(args, b.args[0], x.pr, b.cost(r.n), strconv.FormatInt(x.a, 10), strconv.FormatInt(x.f, 10), b.args[2])
+	}
+	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("sluice: throttle cancel: %w", err)
 	}
@@ -546,7 +707,11 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 	if slow {
 		flag = "1"
 	}
-	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, c.args[0], c.args[1], c.args[2], us, t.now(), flag).Int64Slice()
+	args := []any{c.args[0], c.args[1], c.args[2], us, t.now(), flag}
+	for _, b := range c.also {
+		args = append(args, b.args[0], b.args[1], b.args[2])
+	}
+	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, args...).Int64Slice()
 	if err != nil {
 		if unreachable(err) {
 			// Nobody can take a slot from Redis now anyway; pause what

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // ErrUnknownDownstream is wrapped by CheckJob's and ResolveHTTP's error
@@ -20,7 +21,8 @@ var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
 // the job later (queue.Config.Check; QueueConfig sets it):
 //
 //   - a downstream the file does not name;
-//   - a cost above its downstream's burst, which no slot can ever hold;
+//   - a cost above its downstream's burst, or above the burst of one of
+//     its also rates that counts the cost, which no slot can ever hold;
 //   - a built-in HTTP job without a url, or whose url no downstream's
 //     base_url covers, or that belongs to another downstream than the one
 //     it names;
@@ -62,6 +64,12 @@ func (c *Config) CheckJob(job *queue.Job) error {
 	if burst := max(d.Limit.Burst, 1); cost > burst {
 		return fmt.Errorf("cost %d exceeds downstream %q's burst of %d, so no slot could ever hold it: %w",
 			cost, d.Name, burst, algorithms.ErrCostExceedsCapacity)
+	}
+	for i, r := range d.Limit.Also {
+		if burst := max(r.Burst, 1); r.Counts == throttle.CountsCost && cost > burst {
+			return fmt.Errorf("cost %d exceeds the burst of %d of downstream %q's also[%d] (%v), so no slot could ever hold it: %w",
+				cost, burst, d.Name, i, r, algorithms.ErrCostExceedsCapacity)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -58,7 +59,7 @@ func TestDefaults(t *testing.T) {
 	))
 	d := cfg.Downstreams["api"]
 	wantLimit := throttle.Limit{Name: "api", Rate: 3, Per: time.Second, Burst: 1, MaxWait: 10 * time.Second}
-	if d.Name != "api" || d.Limit != wantLimit || d.Concurrency != nil || d.BaseURL != nil || d.PerTenant || d.Timeout != 30*time.Second {
+	if d.Name != "api" || !reflect.DeepEqual(d.Limit, wantLimit) || d.Concurrency != nil || d.BaseURL != nil || d.PerTenant || d.Timeout != 30*time.Second {
 		t.Errorf("downstream = %+v", d)
 	}
 	for _, id := range []string{"t1", "t2"} {
@@ -104,7 +105,7 @@ func TestEveryField(t *testing.T) {
 	if got := d.BaseURL.String(); got != "https://shop.example.com/admin/api/" {
 		t.Errorf("BaseURL = %s", got)
 	}
-	if d.Limit != (throttle.Limit{Name: "shop.api", Rate: 40, Per: time.Minute, Burst: 5, MaxWait: -1}) {
+	if !reflect.DeepEqual(d.Limit, throttle.Limit{Name: "shop.api", Rate: 40, Per: time.Minute, Burst: 5, MaxWait: -1}) {
 		t.Errorf("Limit = %+v", d.Limit)
 	}
 	if d.Concurrency == nil || *d.Concurrency != (throttle.Concurrency{Name: "shop.api", Max: 3, Lease: 2 * time.Minute}) {
@@ -589,7 +590,7 @@ func TestDocsExample(t *testing.T) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]
-		if s.Limit != (throttle.Limit{Name: "shopify", Rate: 2, Per: time.Second, Burst: 40, MaxWait: 10 * time.Second}) || !s.PerTenant || s.Concurrency.Max != 4 {
+		if !reflect.DeepEqual(s.Limit, throttle.Limit{Name: "shopify", Rate: 2, Per: time.Second, Burst: 40, MaxWait: 10 * time.Second}) || !s.PerTenant || s.Concurrency.Max != 4 {
 			t.Errorf("shopify = %+v", s)
 		}
 		if d, err := cfg.DownstreamFor("https://example.myshopify.com/admin/api/2024-01/orders.json?limit=5"); err != nil || d.Name != "shopify" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -51,6 +52,17 @@ func checkInvariants(c *Config) error {
 		if err := (algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: l.Per, Burst: l.Burst}).Validate(); err != nil {
 			return fmt.Errorf("downstream %s: %v", name, err)
 		}
+		if len(l.Also) > throttle.MaxAlso || l.Also != nil && len(l.Also) == 0 {
+			return fmt.Errorf("downstream %s: also %+v", name, l.Also)
+		}
+		for i, r := range l.Also {
+			if r.Counts != throttle.CountsCost && r.Counts != throttle.CountsCalls {
+				return fmt.Errorf("downstream %s: also[%d] counts %v", name, i, r.Counts)
+			}
+			if err := (algorithms.Policy{Algorithm: algorithms.GCRA, Limit: r.Rate, Period: r.Per, Burst: r.Burst}).Validate(); err != nil {
+				return fmt.Errorf("downstream %s: also[%d]: %v", name, i, err)
+			}
+		}
 		if cc := d.Concurrency; cc != nil {
 			if cc.Name != name || cc.Max < 1 || cc.Max > MaxConcurrency || cc.Lease < time.Millisecond || cc.Lease > MaxDuration {
 				return fmt.Errorf("downstream %s: concurrency %+v", name, cc)
@@ -88,6 +100,7 @@ func checkInvariants(c *Config) error {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("queue: {bound: 1}\n"))
 	f.Add([]byte("queue:\n  bound: 5\ndownstreams:\n  a: {rate: 1, base_url: http://a.com/api}\ntenants:\n  default: {algorithm: gcra, limit: 1, period: 1s}\n"))
+	f.Add([]byte("queue: {bound: 1}\ndownstreams:\n  a:\n    rate: 10\n    also:\n      - {rate: 1000, per: 1h, burst: 50}\n      - {rate: 5, counts: calls}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
 		if err != nil {

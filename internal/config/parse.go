@@ -48,7 +48,8 @@ const (
 var (
 	topFields        = []string{"queue", "downstreams", "tenants"}
 	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload", "retention"}
-	downstreamFields = []string{"base_url", "rate", "per", "burst", "max_wait", "concurrency", "lease", "per_tenant", "timeout"}
+	downstreamFields = []string{"base_url", "rate", "per", "burst", "also", "max_wait", "concurrency", "lease", "per_tenant", "timeout"}
+	rateFields       = []string{"rate", "per", "burst", "counts"}
 	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight", "class"}
 )
 
@@ -105,6 +106,7 @@ type downstreamFile struct {
 	Rate        integer              `yaml:"rate"`
 	Per         duration             `yaml:"per"`
 	Burst       integer              `yaml:"burst"`
+	Also        rates                `yaml:"also"`
 	MaxWait     duration             `yaml:"max_wait"`
 	Concurrency integer              `yaml:"concurrency"`
 	Lease       duration             `yaml:"lease"`
@@ -118,6 +120,45 @@ func (d *downstreamFile) UnmarshalYAML(n *yaml.Node) error {
 	type plain downstreamFile
 	d.decode(n, (*plain)(d), &d.Unknown, downstreamFields)
 	return nil
+}
+
+// rates is a downstream's also list as written.
+type rates struct {
+	leaf
+	items []rateFile
+}
+
+// UnmarshalYAML reads a list of rates. Each item is decoded here, null
+// items too (the library would skip them), so that each reports its own
+// problems.
+func (r *rates) UnmarshalYAML(n *yaml.Node) error {
+	r.at, r.set = spotOf(n), true
+	if n.Kind != yaml.SequenceNode {
+		r.bad = "must be a list of rates such as [{rate: 1000, per: 1h}], got " + describe(n)
+		return nil
+	}
+	for _, it := range n.Content {
+		var f rateFile
+		f.decodeRate(deref(it))
+		r.items = append(r.items, f)
+	}
+	return nil
+}
+
+// rateFile is one item of a downstream's also list as written.
+type rateFile struct {
+	mapping `yaml:"-"`
+	Rate    integer              `yaml:"rate"`
+	Per     duration             `yaml:"per"`
+	Burst   integer              `yaml:"burst"`
+	Counts  text                 `yaml:"counts"`
+	Unknown map[string]yaml.Node `yaml:",inline"`
+}
+
+// decodeRate decodes one rate of an also list.
+func (r *rateFile) decodeRate(n *yaml.Node) {
+	type plain rateFile
+	r.decode(n, (*plain)(r), &r.Unknown, rateFields)
 }
 
 // tenantFile is one entry of the tenants section as written.
@@ -1065,15 +1106,9 @@ func (c *checker) downstream(ent entry[downstreamFile], path string) (Downstream
 		}
 		d.BaseURL = u
 	}
-	d.Limit.Rate, _ = s.integer("rate", &df.Rate, 1, algorithms.MaxLimit)
-	if per, ok := s.duration("per", &df.Per, algorithms.MinPeriod, algorithms.MaxPeriod); ok {
-		if per%time.Microsecond != 0 {
-			c.add(df.Per.at, path+".per", nil, "must be a whole number of microseconds, got %s", per)
-		}
-		d.Limit.Per = per
-	}
-	if b, ok := s.integer("burst", &df.Burst, 1, algorithms.MaxLimit); ok {
-		d.Limit.Burst = b
+	d.Limit.Rate, d.Limit.Per, d.Limit.Burst = c.pace(s, &df.Rate, &df.Per, &df.Burst)
+	if s.value("also", &df.Also.leaf) {
+		d.Limit.Also = c.also(&df.Also, path+".also")
 	}
 	if w, ok := s.duration("max_wait", &df.MaxWait, 0, MaxDuration); ok {
 		d.Limit.MaxWait = w
@@ -1096,19 +1131,87 @@ func (c *checker) downstream(ent entry[downstreamFile], path string) (Downstream
 	if len(c.errs) > before {
 		return d, false
 	}
-	// The throttle checks its Limit as a GCRA policy; a rate and burst
-	// that are each fine may still be too fine-grained together.
-	pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: d.Limit.Rate, Period: d.Limit.Per, Burst: d.Limit.Burst}
-	if err := pol.Validate(); err != nil {
-		c.policy(err, path, ent.at, map[string]policyField{
-			"limit": {"rate", &df.Rate.leaf}, "period": {"per", &df.Per.leaf}, "burst": {"burst", &df.Burst.leaf},
-		})
+	if !c.paceValid(path, ent.at, d.Limit.Rate, d.Limit.Per, d.Limit.Burst, &df.Rate, &df.Per, &df.Burst) {
 		return d, false
 	}
 	if conc > 0 {
 		d.Concurrency = &throttle.Concurrency{Name: ent.name, Max: conc, Lease: lease}
 	}
 	return d, true
+}
+
+// pace reads the rate, per and burst of a downstream or of one of its
+// also rates, each defaulted when absent or unusable.
+func (c *checker) pace(s section, rate *integer, per *duration, burst *integer) (int64, time.Duration, int64) {
+	r, _ := s.integer("rate", rate, 1, algorithms.MaxLimit)
+	p, b := DefaultPer, int64(DefaultBurst)
+	if v, ok := s.duration("per", per, algorithms.MinPeriod, algorithms.MaxPeriod); ok {
+		if v%time.Microsecond != 0 {
+			c.add(per.at, join(s.path, "per"), nil, "must be a whole number of microseconds, got %s", v)
+		}
+		p = v
+	}
+	if v, ok := s.integer("burst", burst, 1, algorithms.MaxLimit); ok {
+		b = v
+	}
+	return r, p, b
+}
+
+// paceValid reports whether a rate, per and burst that are each fine are
+// fine together: the throttle checks them as a GCRA policy, which may
+// find them too fine-grained to count exactly. The problem is reported at
+// the field it names, or at (path, at).
+func (c *checker) paceValid(path string, at spot, rate int64, per time.Duration, burst int64, rf *integer, pf *duration, bf *integer) bool {
+	pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: rate, Period: per, Burst: burst}
+	if err := pol.Validate(); err != nil {
+		c.policy(err, path, at, map[string]policyField{
+			"limit": {"rate", &rf.leaf}, "period": {"per", &pf.leaf}, "burst": {"burst", &bf.leaf},
+		})
+		return false
+	}
+	return true
+}
+
+// also checks a downstream's also list, its items under path.
+func (c *checker) also(l *rates, path string) []throttle.Rate {
+	if len(l.items) > throttle.MaxAlso {
+		c.add(l.at, path, nil, "may list at most %d rates, got %d", throttle.MaxAlso, len(l.items))
+		return nil
+	}
+	var out []throttle.Rate
+	for i := range l.items {
+		if r, ok := c.rate(&l.items[i], fmt.Sprintf("%s[%d]", path, i)); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// rate checks one item of an also list.
+func (c *checker) rate(rf *rateFile, path string) (throttle.Rate, bool) {
+	s := section{c, &rf.mapping, path}
+	before := len(c.errs)
+	if !c.mapping(s.m, path) {
+		return throttle.Rate{}, false
+	}
+	var r throttle.Rate
+	r.Rate, r.Per, r.Burst = c.pace(s, &rf.Rate, &rf.Per, &rf.Burst)
+	if v, ok := s.text("counts", &rf.Counts); ok {
+		switch v {
+		case "cost":
+		case "calls":
+			r.Counts = throttle.CountsCalls
+		default:
+			c.add(rf.Counts.at, path+".counts", nil, "must be cost (the call's cost, the default) or calls (1 a call), got %s", rf.Counts.desc)
+		}
+	}
+	if !s.has("rate") {
+		c.add(rf.at, path+".rate", nil, "required: the units allowed per `per`, at least 1")
+	}
+	if len(c.errs) > before {
+		return r, false
+	}
+	return r, c.paceValid(path, rf.at, r.Rate, r.Per, r.Burst, &rf.Rate, &rf.Per, &rf.Burst)
 }
 
 func (c *checker) tenants(e *entries[tenantFile], out map[string]Tenant) {

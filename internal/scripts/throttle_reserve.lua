@@ -5,51 +5,107 @@
 -- burst 1 every call gets its own slot, evenly spaced. After a slow-down
 -- (throttle_pause.lua) the interval is longer: pr is scaled by the
 -- bucket's adaptive share (prelude.lua, share and paced).
+--
+-- A key may have further buckets (throttle.Limit.Also), in the same hash:
+-- bucket i keeps its TAT in the fields a<i>, f<i>. The call's slot is
+-- then the latest of the slots each bucket would give its count, and
+-- every bucket is booked at it: TAT' = max(TAT, slot) + n*T. A bucket
+-- whose own slot rounds up to the call's books max(TAT, now) + n*T
+-- instead, as a key of one bucket does, so that rounding to whole µs
+-- never drifts its pace.
 -- KEYS[1]  the bucket's hash: a, f as above; p = paused until (µs); s, c,
 --          t = the share, its ceiling (basis points) and the time (µs)
---          of the last slow-down
+--          of the last slow-down; a1, f1, a2, f2, ... the further buckets
 -- ARGV     1 rl, 2 pr (the rate in lowest terms: rl units per pr µs),
 --          3 burst, 4 cost n, 5 max wait (µs), 6 "1" to reserve, "0" to
---          peek, 7 now in µs or "" for the server's TIME (tests only)
+--          peek, 7 now in µs or "" for the server's TIME (tests only);
+--          then for each further bucket in fours: rl, pr, burst, its
+--          count (n or 1)
 -- Uses     prelude.lua (int, clock, share, paced)
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
---          points)}
+--          points)}; with further buckets, then the slot (µs) and for each
+--          further bucket its a and f after the reservation (0 and 0 when
+--          none was made) and the pr it was paced at
 local key = KEYS[1]
-local rl, pr, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n, maxwait, reserve = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6] == '1'
+local maxwait, reserve = tonumber(ARGV[5]), ARGV[6] == '1'
 local now, pad = clock(ARGV[7])
-
-local at, frac, paused = now, 0, 0
-local st = redis.call('HMGET', key, 'a', 'f', 'p', 's', 'c', 't')
-if st[1] then
-  local a = tonumber(st[1])
-  if a >= now then at, frac = a, tonumber(st[2]) end
+local b = {{rl = tonumber(ARGV[1]), pr = tonumber(ARGV[2]), burst = tonumber(ARGV[3]),
+            n = tonumber(ARGV[4]), fa = 'a', ff = 'f'}}
+for i = 8, #ARGV, 4 do
+  local k = #b
+  b[k + 1] = {rl = tonumber(ARGV[i]), pr = tonumber(ARGV[i + 1]), burst = tonumber(ARGV[i + 2]),
+              n = tonumber(ARGV[i + 3]), fa = 'a' .. k, ff = 'f' .. k}
 end
-if st[3] then
-  local p = tonumber(st[3])
+
+local fields = {'p', 's', 'c', 't'}
+for _, x in ipairs(b) do
+  fields[#fields + 1] = x.fa
+  fields[#fields + 1] = x.ff
+end
+local st = redis.call('HMGET', key, unpack(fields))
+local paused = 0
+if st[1] then
+  local p = tonumber(st[1])
   if p > now then paused = p - now end
 end
-local sh, ceil = share(st[4], st[5], st[6], now)
-pr = paced(pr, sh)
-local level = (at - now) * rl + frac + n * pr -- the new TAT - now, in 1/rl µs
-local early = level - burst * pr
+local sh, ceil = share(st[2], st[3], st[4], now)
+
+-- Each bucket's delay until its own slot; the call's is the latest.
 local delay = 0
-if early > 0 then delay = math.ceil(early / rl) end
-if delay > maxwait then
-  return {0, delay, delay - maxwait, paused, 0, 0, pr, sh}
+for i, x in ipairs(b) do
+  x.at, x.frac = now, 0
+  local a = st[3 + 2 * i]
+  if a then
+    a = tonumber(a)
+    if a >= now then x.at, x.frac = a, tonumber(st[4 + 2 * i]) end
+  end
+  x.pr = paced(x.pr, sh)
+  -- the new TAT - now, in 1/rl µs
+  local level = (x.at - now) * x.rl + x.frac + x.n * x.pr
+  local early = level - x.burst * x.pr
+  x.delay = 0
+  if early > 0 then x.delay = math.ceil(early / x.rl) end
+  if x.delay > delay then delay = x.delay end
 end
-if not reserve then
-  return {1, delay, 0, paused, 0, 0, pr, sh}
+
+local function reply(taken, retry, booked)
+  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh}
+  if booked then r[5], r[6] = b[1].at, b[1].frac end
+  if #b > 1 then
+    r[#r + 1] = now + delay
+    for i = 2, #b do
+      local x = b[i]
+      if booked then
+        r[#r + 1], r[#r + 2] = x.at, x.frac
+      else
+        r[#r + 1], r[#r + 2] = 0, 0
+      end
+      r[#r + 1] = x.pr
+    end
+  end
+  return r
 end
-local f = frac + n * pr
-at = at + math.floor(f / rl)
-frac = f % rl
-redis.call('HSET', key, 'a', int(at), 'f', int(frac))
-local life = math.ceil(level / rl)
-if paused > life then life = paused end
+
+if delay > maxwait then return reply(0, delay - maxwait, false) end
+if not reserve then return reply(1, 0, false) end
+
+local slot = now + delay
+local set = {}
+local life = paused
+for _, x in ipairs(b) do
+  if x.delay < delay and x.at < slot then x.at, x.frac = slot, 0 end
+  local f = x.frac + x.n * x.pr
+  x.at = x.at + math.floor(f / x.rl)
+  x.frac = f % x.rl
+  set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = x.fa, int(x.at), x.ff, int(x.frac)
+  local l = x.at - now
+  if x.frac > 0 then l = l + 1 end
+  if l > life then life = l end
+end
+redis.call('HSET', key, unpack(set))
 -- What was learned lives until the ceiling is back at the whole rate.
 if ceil < SHARE_FULL then life = math.max(life, (SHARE_FULL - ceil) / SHARE_CREEP) end
 redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1 + pad)
-return {1, delay, 0, paused, at, frac, pr, sh}
+return reply(1, 0, true)
