@@ -72,28 +72,15 @@ func HTTPHandler(p *Producer) http.Handler {
 			return
 		}
 		limit := int64(p.cfg.MaxPayload) + MaxTenantLen + 64<<10
-		var req EnqueueRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err != nil {
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + jsonError(err, limit), Reason: "invalid"})
 			return
 		}
-		if dec.More() {
-			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: one JSON object expected", Reason: "invalid"})
+		job, err := ParseJob(body)
+		if err != nil {
+			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
 			return
-		}
-		job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
-		if len(req.Payload) > 0 {
-			job.Payload = []byte(req.Payload)
-		}
-		if req.Timeout != "" {
-			d, err := time.ParseDuration(req.Timeout)
-			if err != nil {
-				reply(w, http.StatusBadRequest, EnqueueResponse{Error: "timeout: " + err.Error(), Reason: "invalid"})
-				return
-			}
-			job.Timeout = d
 		}
 		rc, err := p.Enqueue(r.Context(), job)
 		var rl *RateLimitedError

@@ -65,6 +65,9 @@ func TestHTTPEndpoint(t *testing.T) {
 		{`{"tenant":"other"}`, 400, "invalid", nil},
 		{`{"tenant":"other","type":"x","bogus":1}`, 400, "invalid", nil},
 		{`not json`, 400, "invalid", nil},
+		// One object, one meaning: no key twice, none in another case.
+		{`{"tenant":"alice","TENANT":"mallory","type":"x"}`, 400, "invalid", nil},
+		{`{"tenant":"alice","type":"x","\u0074enant":"mallory"}`, 400, "invalid", nil},
 		{`{"tenant":"a","type":"x","payload":"` + strings.Repeat("x", 70) + `"}`, 400, "invalid", nil},
 		{`{"tenant":"a","type":"x"} {"again":1}`, 400, "invalid", nil},
 		{strings.Repeat(" ", 2<<20), 400, "invalid", nil},

@@ -16,7 +16,6 @@ package enqueuecmd
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -216,17 +215,6 @@ func classify(err error) (int, time.Duration) {
 	return ExitFailure, 0
 }
 
-// lineJob is one line of a JSON lines file.
-type lineJob struct {
-	ID         string          `json:"id"`
-	Tenant     string          `json:"tenant"`
-	Type       string          `json:"type"`
-	Payload    json.RawMessage `json:"payload"`
-	Downstream string          `json:"downstream"`
-	Cost       int64           `json:"cost"`
-	MaxRetry   int             `json:"max_retry"`
-}
-
 // bulk enqueues one job per line, with a progress line on stderr. A line
 // that is refused is reported with its number; the exit code is the worst
 // refusal's (failure > queue full > rate limited > invalid > duplicate: a
@@ -257,16 +245,11 @@ func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdou
 		if text == "" {
 			continue
 		}
-		var lj lineJob
 		code := ExitOK
-		if err := json.Unmarshal([]byte(text), &lj); err != nil {
+		if job, err := queue.ParseJob([]byte(text)); err != nil {
 			fmt.Fprintf(stderr, "\nenqueue: line %d: not a JSON job: %v\n", line, err)
 			code = ExitUsage
 		} else {
-			job := queue.Job{ID: lj.ID, Tenant: lj.Tenant, Type: lj.Type, Downstream: lj.Downstream, Cost: lj.Cost, MaxRetry: lj.MaxRetry}
-			if len(lj.Payload) > 0 {
-				job.Payload = []byte(lj.Payload)
-			}
 			var r queue.Receipt
 			r, code = one(ctx, p, job, o, prefixed{stderr, fmt.Sprintf("line %d: ", line)})
 			if code == ExitOK {

@@ -112,3 +112,23 @@ func TestNeverRunnableRefused(t *testing.T) {
 		t.Fatalf("stats: exit %d\n%s; want depth 0", code, out)
 	}
 }
+
+// TestBulkOneMeaning: a line whose tenant two readers would read apart (a
+// key twice, a key in another case) is refused with its number; the
+// others are read with every field the HTTP endpoint reads, timeout too.
+func TestBulkOneMeaning(t *testing.T) {
+	c := newCLI(t, 100)
+	lines := strings.Join([]string{
+		`{"tenant":"alice","TENANT":"mallory","type":"x"}`,
+		`{"tenant":"alice","type":"x","\u0074enant":"mallory"}`,
+		`{"tenant":"alice","type":"x","timeout":"2s"}`,
+		`{"tenant":"alice","type":"x","downstrem":"api"}`,
+	}, "\n")
+	code, out, errs := c.run(lines, "-f", "-")
+	if code != ExitUsage || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(errs, `line 1: not a JSON job: sluice: invalid job: unknown key "TENANT"`) ||
+		!strings.Contains(errs, `line 2: not a JSON job: sluice: invalid job: key "tenant" given twice`) ||
+		!strings.Contains(errs, `line 4: not a JSON job: sluice: invalid job: unknown key "downstrem"`) {
+		t.Fatalf("exit %d\nstdout %q\nstderr %s", code, out, errs)
+	}
+}

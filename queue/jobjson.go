@@ -1,0 +1,97 @@
+package queue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// ParseJob reads one job written as JSON, the shape of EnqueueRequest, as
+// POST /enqueue and `enqueue -f` take it. It is strict, so that one text
+// has one meaning whatever reads it: a key given twice (also when one is
+// written with escapes, such as "\u0074enant"), a key in another case than
+// its field's ("TENANT"), an unknown key, or anything after the object is
+// refused, where encoding/json would let the last or a case-insensitive
+// match win: behind a proxy that checks the tenant field, that is an
+// identity swap. The error wraps ErrInvalidJob.
+func ParseJob(data []byte) (Job, error) {
+	if err := checkKeys(data); err != nil {
+		return Job{}, invalid("%v", err)
+	}
+	var req EnqueueRequest
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return Job{}, invalid("%v", err)
+	}
+	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
+	if len(req.Payload) > 0 {
+		job.Payload = []byte(req.Payload)
+	}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil {
+			return Job{}, invalid("timeout: %v", err)
+		}
+		job.Timeout = d
+	}
+	return job, nil
+}
+
+// jobKeys are EnqueueRequest's JSON keys.
+var jobKeys = func() map[string]bool {
+	m := map[string]bool{}
+	t := reflect.TypeOf(EnqueueRequest{})
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		m[name] = true
+	}
+	return m
+}()
+
+// checkKeys refuses a text that is not exactly one JSON object whose keys
+// are EnqueueRequest's, each once, in their own case.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if errors.Is(err, io.EOF) {
+		return errors.New("empty")
+	}
+	if err != nil {
+		return err
+	}
+	if tok != json.Delim('{') {
+		return errors.New("a JSON object expected")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		switch {
+		case seen[key]:
+			return fmt.Errorf("key %.40q given twice", key)
+		case !jobKeys[key]:
+			return fmt.Errorf("unknown key %.40q", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("one JSON object expected")
+	}
+	return nil
+}
