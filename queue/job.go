@@ -32,11 +32,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // Limits on jobs.
@@ -176,19 +176,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, args...))
 }
 
-func validName(s string, max int, extra string) bool {
-	if s == "" || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(extra, c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
 // validate checks what the caller set, before anything is written.
 func (j *Job) validate(maxPayload int) error {
 	switch {
@@ -202,13 +189,13 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("tenant id is not valid UTF-8")
 	case j.Type == "":
 		return invalid("type is required")
-	case !validName(j.Type, MaxTypeLen, "_.:-/"):
+	case !names.Valid(j.Type, MaxTypeLen, ":/"):
 		return invalid("type %.64q: use at most %d bytes of letters, digits and _.:-/", j.Type, MaxTypeLen)
-	case j.ID != "" && !validName(j.ID, MaxIDLen, "_.:-"):
+	case j.ID != "" && !names.Valid(j.ID, MaxIDLen, ":"):
 		return invalid("id %.64q: use at most %d bytes of letters, digits and _.:-", j.ID, MaxIDLen)
 	case len(j.Payload) > maxPayload:
 		return invalid("payload is %d bytes; the limit is %d", len(j.Payload), maxPayload)
-	case j.Downstream != "" && !validName(j.Downstream, 64, "_.-"):
+	case j.Downstream != "" && !names.Valid(j.Downstream, names.MaxLen, ""):
 		return invalid("downstream %.64q: use at most 64 bytes of letters, digits and _.-", j.Downstream)
 	case j.Cost < 0:
 		return invalid("cost must not be negative, got %d", j.Cost)

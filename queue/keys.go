@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // DefaultPrefix starts every key of the waiting room.
@@ -23,7 +24,7 @@ type keys struct {
 }
 
 func newKeys(prefix, queue string) (keys, error) {
-	if !validName(queue, 64, "_.-") {
+	if !names.Valid(queue, names.MaxLen, "") {
 		return keys{}, fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", queue)
 	}
 	tag := ":{" + queue + "}"

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
@@ -67,7 +68,7 @@ func (c *Config) fill() error {
 	if c.Queue == "" {
 		c.Queue = "default"
 	}
-	if !validName(c.Queue, 64, "_.-") {
+	if !names.Valid(c.Queue, names.MaxLen, "") {
 		return fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", c.Queue)
 	}
 	if c.Prefix == "" {

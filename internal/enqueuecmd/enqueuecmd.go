@@ -27,9 +27,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/policy"
 )
 
 // Exit codes.
@@ -117,7 +117,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintln(stderr, "enqueue: give -tenant and -type for one job, -f for many, or stats")
 		return ExitUsage
 	}
-	cfg, err := config.Load(o.policy)
+	cfg, err := policy.Load(o.policy)
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)
 		return ExitUsage
@@ -289,7 +289,7 @@ func (p prefixed) Write(b []byte) (int, error) {
 	return len(b), err
 }
 
-func showStats(ctx context.Context, p *queue.Producer, cfg *config.Config, stdout, stderr io.Writer) int {
+func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdout, stderr io.Writer) int {
 	st, err := p.Stats(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue: stats:", err)

@@ -22,6 +22,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/names"
 )
 
 // MaxVerbatim is the longest identifier kept as it is in a key name; longer
@@ -33,27 +35,12 @@ const MaxVerbatim = 64
 // tenant's keys over several slots.
 var ErrEmptyID = errors.New("sluice: identifier must not be empty")
 
-func verbatimOK(id string) bool {
-	if len(id) > MaxVerbatim {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // Encode returns the tag body for id (without the braces).
 func Encode(id string) (string, error) {
 	if id == "" {
 		return "", ErrEmptyID
 	}
-	if verbatimOK(id) {
+	if names.Valid(id, MaxVerbatim, "") {
 		return "=" + id, nil
 	}
 	sum := sha256.Sum256([]byte(id))

@@ -14,9 +14,9 @@ import (
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
+	"github.com/sluicehq/sluice/queue/policy"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -47,10 +47,10 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	base, _ := url.Parse(fake.URL() + "/api/")
 	lim := throttle.Limit{Name: "demo-api", Rate: quota, Per: time.Second, MaxWait: 2 * time.Second}
 	fixed := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Second}
-	cfg := &config.Config{
-		Queue:       config.Queue{Name: "demo", Bound: 2000, TenantBound: 500, Prefetch: 16, MaxPayload: 64 << 10},
-		Downstreams: map[string]config.Downstream{"demo-api": {Name: "demo-api", BaseURL: base, Limit: lim, Timeout: 5 * time.Second}},
-		Tenants: map[string]config.Tenant{
+	cfg := &policy.Config{
+		Queue:       policy.Queue{Name: "demo", Bound: 2000, TenantBound: 500, Prefetch: 16, MaxPayload: 64 << 10},
+		Downstreams: map[string]policy.Downstream{"demo-api": {Name: "demo-api", BaseURL: base, Limit: lim, Timeout: 5 * time.Second}},
+		Tenants: map[string]policy.Tenant{
 			"small-shop": {ID: "small-shop", Policy: &fixed, Weight: 1},
 		},
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/policy"
 )
 
 // runWorker runs Main with args plus -policy and -listen, and stops it
@@ -93,13 +93,13 @@ func TestWorkerArchivesUnsendableJobs(t *testing.T) {
 	var calls atomic.Int64
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
 	defer api.Close()
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("queue:\n  name: unsendable\n  bound: 10\n"+
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("queue:\n  name: unsendable\n  bound: 10\n"+
 		"downstreams:\n  api:\n    base_url: "+api.URL+"/\n    rate: 100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runWorker(t, policy, "-redis", "redis://"+m.Addr()+"/0")
-	cfg, err := config.Load(policy)
+	runWorker(t, file, "-redis", "redis://"+m.Addr()+"/0")
+	cfg, err := policy.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,19 +16,19 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue/policy"
 )
 
 // startLimitedWorker runs a worker on miniredis with the given server
 // limits until the test ends, and returns its address.
 func startLimitedWorker(t *testing.T, lim serverLimits) string {
 	t.Helper()
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("queue:\n  name: slow\n  bound: 10\n"), 0o644); err != nil {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("queue:\n  name: slow\n  bound: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(policy)
+	cfg, err := policy.Load(file)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,10 +26,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/downstream"
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
+	"github.com/sluicehq/sluice/queue/policy"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -112,7 +112,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.demo {
 		return runDemo(ctx, o, stdout, stderr)
 	}
-	cfg, err := config.Load(o.policy)
+	cfg, err := policy.Load(o.policy)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
@@ -138,7 +138,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // worker is one running worker process.
 type worker struct {
 	client   redis.UniversalClient
-	cfg      *config.Config
+	cfg      *policy.Config
 	o        options
 	log      *slog.Logger
 	reg      *prometheus.Registry
@@ -151,7 +151,7 @@ type worker struct {
 	closers  []func() error
 }
 
-func newWorker(client redis.UniversalClient, cfg *config.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
+func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
 	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var err error

@@ -1,4 +1,4 @@
-package config
+package policy
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -797,14 +798,10 @@ func distance(a, b string) int {
 }
 
 // join appends a key to a field path: a dot and the key when the key is
-// made of [A-Za-z0-9_-], else the key quoted in brackets (and cut short).
+// a name without a dot ([A-Za-z0-9_-]), else the key quoted in brackets
+// (and cut short).
 func join(field, key string) string {
-	plain := key != ""
-	for i := 0; i < len(key) && plain; i++ {
-		c := key[i]
-		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-	}
-	if plain && len(key) <= MaxNameLen {
+	if names.Valid(key, MaxNameLen, "") && !strings.Contains(key, ".") {
 		if field == "" {
 			return key
 		}
@@ -1033,7 +1030,7 @@ func (c *checker) queue(f *file) Queue {
 		return q
 	}
 	if v, ok := s.text("name", &qf.Name); ok {
-		if validName(v) {
+		if names.Valid(v, MaxNameLen, "") {
 			q.Name = v
 		} else {
 			c.add(qf.Name.at, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, qf.Name.desc)
@@ -1067,7 +1064,7 @@ func (c *checker) downstreams(e *entries[downstreamFile], out map[string]Downstr
 	bases := map[string]entry[downstreamFile]{} // normalised base URL -> the downstream that has it
 	for _, ent := range e.list {
 		path := join("downstreams", ent.name)
-		if !validName(ent.name) {
+		if !names.Valid(ent.name, MaxNameLen, "") {
 			c.add(ent.at, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
 			continue
 		}
@@ -1251,7 +1248,7 @@ func (c *checker) tenant(ent entry[tenantFile], path string) (Tenant, bool) {
 		t.Weight = int(w)
 	}
 	if class, ok := s.text("class", &tf.Class); ok {
-		if validClass(class) {
+		if names.Valid(class, 32, "") {
 			t.Class = class
 		} else {
 			c.add(tf.Class.at, path+".class", nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(class, 40))
@@ -1273,15 +1270,3 @@ func (c *checker) tenant(ent entry[tenantFile], path string) (Tenant, bool) {
 	t.Policy = &pol
 	return t, true
 }
-
-// validName reports whether s is 1 to MaxNameLen bytes of [A-Za-z0-9_.-].
-func validName(s string) bool {
-	return s != "" && len(s) <= MaxNameLen && strings.Trim(s, nameChars) == ""
-}
-
-// validClass reports whether s is a usable metrics class name.
-func validClass(s string) bool {
-	return s != "" && len(s) <= 32 && strings.Trim(s, nameChars) == ""
-}
-
-const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-"

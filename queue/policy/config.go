@@ -1,4 +1,4 @@
-package config
+package policy
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -47,7 +48,7 @@ const (
 	// MaxFileSize is the largest policy file accepted, in bytes.
 	MaxFileSize = 16 << 20
 	// MaxNameLen is the longest queue or downstream name, in bytes.
-	MaxNameLen = 64
+	MaxNameLen = names.MaxLen
 	// MaxTenantIDLen is the longest tenant id, in bytes; the same as
 	// queue.MaxTenantLen.
 	MaxTenantIDLen = 1024

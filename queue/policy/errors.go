@@ -1,4 +1,4 @@
-package config
+package policy
 
 import (
 	"fmt"

@@ -1,0 +1,37 @@
+// Package names holds sluice's one check of a name: a queue's, a
+// downstream's, a metrics class's, a job's type or id, and the ids that
+// keyspace keeps verbatim in a Redis key. Such names go into Redis keys,
+// hash tags and metric labels as they are, so they are limited to letters,
+// digits and a few punctuation bytes that mean nothing there.
+package names
+
+// MaxLen is the longest queue or downstream name, in bytes.
+const MaxLen = 64
+
+// Valid reports whether s is 1 to max bytes, each an ASCII letter or
+// digit, '_', '.', '-', or one of the bytes of extra: [A-Za-z0-9_.-] when
+// extra is empty.
+func Valid(s string, max int, extra string) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !nameByte(s[i], extra) {
+			return false
+		}
+	}
+	return true
+}
+
+func nameByte(c byte, extra string) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		return true
+	}
+	for i := 0; i < len(extra); i++ {
+		if extra[i] == c {
+			return true
+		}
+	}
+	return false
+}
