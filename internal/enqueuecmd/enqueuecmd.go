@@ -64,7 +64,11 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   enqueue -policy policy.yaml stats
 
 `)
+	// Parse's own output goes nowhere (Main reports its errors itself), so
+	// the flag list must be pointed at w here, or -h would list none.
+	fs.SetOutput(w)
 	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 	fmt.Fprint(w, `
 exit codes: 0 accepted, 1 failure (e.g. Redis unreachable), 2 usage or invalid job,
             3 rate limited, 4 queue full, 5 a job with that id is already queued
