@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/downstream"
-	"github.com/sluicehq/sluice/internal/config"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/policy"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -111,7 +111,7 @@ func TestDeployMetricsExist(t *testing.T) {
 
 // TestDeployPolicyLoads: the policy file compose.yaml mounts is valid.
 func TestDeployPolicyLoads(t *testing.T) {
-	cfg, err := config.Load(filepath.Join(deployDir, "policy.yaml"))
+	cfg, err := policy.Load(filepath.Join(deployDir, "policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
