@@ -27,7 +27,9 @@ import (
 const Type = "sluice.http"
 
 // IdempotencyHeader is the header field in which a Type request
-// carries its job's id, so that a downstream can recognise a repeat.
+// carries its job's id scoped by its tenant (queue.Job.ScopedID), so that
+// a downstream can recognise a repeat, and never takes one tenant's
+// request for a repeat of another's of the same id.
 const IdempotencyHeader = "Idempotency-Key"
 
 // Request is the payload of a Type job.
@@ -38,7 +40,7 @@ type Request struct {
 	URL string `json:"url"`
 	// Header fields to send: names that are tokens, values without
 	// control characters but tab (CheckRequest). Idempotency-Key is the
-	// job's id unless this sets it: to another value, or to "" to send
+	// job's scoped id (queue.Job.ScopedID) unless this sets it: to another value, or to "" to send
 	// none.
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
@@ -68,9 +70,11 @@ type Target struct {
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
 //
-// Delivery is at least once, so each request carries the job's id as
+// Delivery is at least once, so each request carries the job's id, scoped
+// by its tenant (queue.Job.ScopedID: "=alice/order-42"), as
 // Idempotency-Key (the header of Stripe and of the IETF httpapi draft):
-// a downstream that honours it acts once on a request sent twice.
+// a downstream that honours it acts once on a request sent twice, and
+// two tenants' jobs of one id never share a key.
 //
 // A job may only call a URL under its downstream's base URL (Resolve
 // refuses others), so that whoever can enqueue cannot make the workers
@@ -122,7 +126,7 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// Say why without the URL: it may hold credentials.
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", Type, job.ID, urlerr.Reason(err)))
 	}
-	hr.Header.Set(IdempotencyHeader, job.ID)
+	hr.Header.Set(IdempotencyHeader, job.ScopedID())
 	for k, v := range req.Header {
 		if v == "" && http.CanonicalHeaderKey(k) == IdempotencyHeader {
 			hr.Header.Del(IdempotencyHeader)

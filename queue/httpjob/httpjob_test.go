@@ -2,6 +2,8 @@ package httpjob
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
@@ -105,9 +107,10 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestIdempotencyKey: the job's id goes out as Idempotency-Key,
-// the same on every run of the job, unless the payload overrides it or
-// turns it off.
+// TestIdempotencyKey: the job's id, scoped by its tenant, goes out as
+// Idempotency-Key, the same on every run of the job, unless the payload
+// overrides it or turns it off; another tenant's job of the same id sends
+// another key (mallory's order-42 never passes for alice's).
 func TestIdempotencyKey(t *testing.T) {
 	th := newThrottle(t)
 	got := make(chan []string, 1)
@@ -121,8 +124,8 @@ func TestIdempotencyKey(t *testing.T) {
 		header string
 		want   []string
 	}{
-		{``, []string{"job-7"}},
-		{`,"header":{"X-Other":"1"}`, []string{"job-7"}},
+		{``, []string{"=t/job-7"}},
+		{`,"header":{"X-Other":"1"}`, []string{"=t/job-7"}},
 		{`,"header":{"idempotency-key":"mine"}`, []string{"mine"}},
 		{`,"header":{"Idempotency-Key":""}`, nil},
 	} {
@@ -136,4 +139,24 @@ func TestIdempotencyKey(t *testing.T) {
 			}
 		}
 	}
+	payload := []byte(`{"method":"POST","url":"` + api + `/x"}`)
+	for _, c := range []struct{ tenant, want string }{
+		{"mallory", "=mallory/order-42"},
+		{"alice", "=alice/order-42"},
+		// Not a verbatim key name: hashed, still a header-safe value.
+		{"alice:x", "#" + hex256("alice:x") + "/order-42"},
+	} {
+		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "order-42", Tenant: c.tenant, Type: Type, Downstream: "api", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		if v := <-got; !slices.Equal(v, []string{c.want}) {
+			t.Errorf("tenant %q: Idempotency-Key %q, want %q", c.tenant, v, c.want)
+		}
+	}
+}
+
+// hex256 is the hex SHA-256 of s.
+func hex256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
