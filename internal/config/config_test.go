@@ -351,6 +351,8 @@ func TestErrors(t *testing.T) {
 		{"base_url query", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/?x=1"), []string{"line 5:15: downstreams.s.base_url: must not have a query"}},
 		{"base_url fragment", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a.com/#x\""), []string{"line 5:15: downstreams.s.base_url: must not have a fragment"}},
 		{"base_url dots", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/../admin"), []string{"line 5:15: downstreams.s.base_url: must not contain . or .. path segments"}},
+		{"base_url path parameter", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api;v=1"), []string{"line 5:15: downstreams.s.base_url: must not have a ; in its path"}},
+		{"base_url double-encoded dot", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/%252e%252e/admin"), []string{"line 5:15: downstreams.s.base_url: must not have a %25 that encodes a dot or a slash in its path"}},
 		{"base_url port", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com:99999/"), []string{"line 5:15: downstreams.s.base_url: port \"99999\" must be between 1 and 65535"}},
 		{"base_url bad", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a b.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid character in host name"}},
 		{"base_url password with a slash", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://u:Pw5ecret/x@a.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid port after host"}},
