@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,11 @@ type Target struct {
 	PerTenant bool
 	// Timeout bounds the request; default 30s.
 	Timeout time.Duration
+	// Header fields the downstream's policy sets on every request (its
+	// credentials), over the job's own fields of the same names: a job
+	// cannot replace them. Their values are never logged or put in an
+	// error.
+	Header map[string]string
 }
 
 // Handler runs Type jobs: it sends the request through a
@@ -134,6 +140,9 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		}
 		hr.Header.Set(k, v)
 	}
+	for k, v := range target.Header {
+		hr.Header.Set(k, v)
+	}
 	key := queue.ThrottleKey(job, target.PerTenant)
 	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
 	resp, err := tr.RoundTrip(hr)
@@ -185,3 +194,36 @@ type redacted struct {
 
 func (r *redacted) Error() string { return r.msg }
 func (r *redacted) Unwrap() error { return r.err }
+
+// Redacted is what Redact shows in place of a secret header value.
+const Redacted = "[redacted]"
+
+// sensitiveHeaders are the header fields whose values Redact hides,
+// canonical.
+var sensitiveHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key"}
+
+// Redact returns payload, a Type job's payload, with the values of its
+// Authorization, Cookie, Proxy-Authorization and X-Api-Key header fields
+// (in any case) replaced by Redacted, for showing or logging it. A payload
+// without such a field, or that is no Request, comes back as it is.
+func Redact(payload []byte) []byte {
+	var req Request
+	if json.Unmarshal(payload, &req) != nil || len(req.Header) == 0 {
+		return payload
+	}
+	changed := false
+	for k := range req.Header {
+		if slices.Contains(sensitiveHeaders, http.CanonicalHeaderKey(k)) {
+			req.Header[k] = Redacted
+			changed = true
+		}
+	}
+	if !changed {
+		return payload
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return payload
+	}
+	return b
+}

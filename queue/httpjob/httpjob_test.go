@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -159,4 +160,50 @@ func TestIdempotencyKey(t *testing.T) {
 func hex256(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestTargetHeader: the downstream's own headers (its credentials, from
+// the policy file) go out on every request, over a job's header of the
+// same name; the job's other headers go out too.
+func TestTargetHeader(t *testing.T) {
+	th := newThrottle(t)
+	got := make(chan http.Header, 1)
+	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}))
+	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (Target, error) {
+		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}, Header: map[string]string{"Authorization": "Bearer policy", "X-Api-Key": "k"}}, nil
+	}}
+	for _, payload := range []string{
+		`{"url":"` + api + `/x","header":{"X-Other":"1"}}`,
+		`{"url":"` + api + `/x","header":{"authorization":"Bearer job","X-Other":"1"}}`,
+	} {
+		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+		h := <-got
+		if !slices.Equal(h.Values("Authorization"), []string{"Bearer policy"}) || h.Get("X-Api-Key") != "k" || h.Get("X-Other") != "1" {
+			t.Errorf("%s: headers %q; want the policy's Authorization and X-Api-Key, and the job's X-Other", payload, h)
+		}
+	}
+}
+
+// TestRedact: the values of secret header fields, in any case, are
+// replaced; other fields, and payloads without secrets or that are no
+// request, are kept.
+func TestRedact(t *testing.T) {
+	in := `{"method":"POST","url":"https://a.com/x","header":{"authorization":"Bearer s3cret","Cookie":"sid=s3cret","PROXY-AUTHORIZATION":"Basic s3cret","x-api-key":"s3cret","X-Other":"visible"},"body":"b"}`
+	out := string(Redact([]byte(in)))
+	var req Request
+	if err := json.Unmarshal([]byte(out), &req); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "s3cret") || req.Header["X-Other"] != "visible" || req.Header["authorization"] != Redacted || req.URL != "https://a.com/x" || req.Body != "b" {
+		t.Fatalf("Redact: %s", out)
+	}
+	for _, keep := range []string{`{"url":"https://a.com/x","header":{"X-Other":"1"}}`, `not json`, `{"url":"https://a.com/x"}`} {
+		if got := string(Redact([]byte(keep))); got != keep {
+			t.Errorf("Redact(%s) = %s; want it as it is", keep, got)
+		}
+	}
 }
