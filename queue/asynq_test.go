@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if ti.ID != "sluice:"+job.ID+"@"+job.Nonce+":0" || len(job.Nonce) != 16 {
+					if ti.ID != "sluice:"+job.ScopedID()+"@"+job.Nonce+":0" || !strings.Contains(ti.ID, "/"+job.ID+"@") || len(job.Nonce) != 16 {
 						t.Errorf("job %s: task id %q", job.ID, ti.ID)
 					}
 					if ti.Type != j.job.Type || ti.Queue != cfg.Queue || ti.State != asynq.TaskStatePending {

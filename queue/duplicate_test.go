@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,24 +52,25 @@ func wantDuplicate(t *testing.T, err error, cfg Config, id string) {
 	}
 }
 
-// idCount returns how many jobs the waiting room counts under id (0 when
-// no job of the id is waiting).
-func idCount(t *testing.T, client redis.UniversalClient, p *Producer, id string) int64 {
+// idCount returns how many jobs the waiting room counts under tenant's id
+// (0 when no job of it is waiting).
+func idCount(t *testing.T, client redis.UniversalClient, p *Producer, tenant, id string) int64 {
 	t.Helper()
-	n, err := client.HGet(context.Background(), p.keys.ids, id).Int64()
+	n, err := client.HGet(context.Background(), p.keys.ids, (&Job{Tenant: tenant, ID: id}).ScopedID()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
 	return n
 }
 
-// TestDuplicateIDRefused: a second job with an id in the queue is refused
-// whatever its tenant or payload, before the bound (a full queue still
-// answers "duplicate") and before admission (a rate-limited tenant spends
-// nothing), and no key changes.
+// TestDuplicateIDRefused: a second job of a tenant with an id that tenant
+// has in the queue is refused whatever its payload, before the bound (a
+// full queue still answers "duplicate") and before admission (a
+// rate-limited tenant spends nothing), and no key changes. Another
+// tenant's job of the same id is its own (TestIDsScopedByTenant).
 func TestDuplicateIDRefused(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 2)
+		cfg := testConfig(t, 3)
 		pol := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 5, Period: time.Minute}
 		cfg.Tenants = func(tenant string) TenantPolicy {
 			if tenant == "limited" {
@@ -85,6 +87,10 @@ func TestDuplicateIDRefused(t *testing.T) {
 		if err != nil || r.ID != "order-1" || r.Depth != 1 {
 			t.Fatalf("first job: %+v, %v", r, err)
 		}
+		r, err = p.Enqueue(ctx, Job{ID: "order-1", Tenant: "limited", Type: "x"})
+		if err != nil || r.ID != "order-1" || r.Depth != 2 {
+			t.Fatalf("the other tenant's job of the id: %+v, %v; want it accepted", r, err)
+		}
 		keys := roomKeys(p, []string{"acme", "limited"}, pol.Algorithm)
 		before := snapshotKeys(t, client, keys)
 		for _, job := range []Job{
@@ -99,30 +105,39 @@ func TestDuplicateIDRefused(t *testing.T) {
 			t.Fatalf("a refused duplicate changed Redis:\n%s---\n%s", before, after)
 		}
 
-		// A full queue: a duplicate still says so; a new id is refused
-		// for the bound.
+		// A full queue: a duplicate still says so; an id new to its
+		// tenant is refused for the bound.
 		if _, err := p.Enqueue(ctx, Job{ID: "order-2", Tenant: "limited", Type: "x"}); err != nil {
 			t.Fatal(err)
 		}
 		before = snapshotKeys(t, client, keys)
-		for _, id := range []string{"order-1", "order-2"} {
-			for _, tenant := range []string{"acme", "limited"} {
-				_, err := p.Enqueue(ctx, Job{ID: id, Tenant: tenant, Type: "x"})
-				wantDuplicate(t, err, cfg, id)
-			}
+		for _, job := range []Job{
+			{ID: "order-1", Tenant: "acme", Type: "x"},
+			{ID: "order-1", Tenant: "limited", Type: "x"},
+			{ID: "order-2", Tenant: "limited", Type: "x"},
+		} {
+			_, err := p.Enqueue(ctx, job)
+			wantDuplicate(t, err, cfg, job.ID)
 		}
 		var qf *QueueFullError
-		if _, err := p.Enqueue(ctx, Job{ID: "order-3", Tenant: "acme", Type: "x"}); !errors.As(err, &qf) {
-			t.Fatalf("a new id in a full queue: %v; want QueueFullError", err)
+		for _, job := range []Job{{ID: "order-3", Tenant: "acme", Type: "x"}, {ID: "order-2", Tenant: "acme", Type: "x"}} {
+			if _, err := p.Enqueue(ctx, job); !errors.As(err, &qf) {
+				t.Fatalf("%+v in a full queue: %v; want QueueFullError", job, err)
+			}
 		}
 		if after := snapshotKeys(t, client, keys); after != before {
 			t.Fatalf("refusals in a full queue changed Redis:\n%s---\n%s", before, after)
 		}
-		if st, err := p.Stats(ctx); err != nil || st.Depth != 2 || st.Tenants != 2 {
-			t.Fatalf("stats %+v, %v; want depth 2 for 2 tenants", st, err)
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 3 || st.Tenants != 2 {
+			t.Fatalf("stats %+v, %v; want depth 3 for 2 tenants", st, err)
 		}
-		if idCount(t, client, p, "order-1") != 1 || idCount(t, client, p, "order-2") != 1 {
-			t.Fatal("each id in the queue must be counted once")
+		for _, c := range []struct {
+			tenant, id string
+			want       int64
+		}{{"acme", "order-1", 1}, {"limited", "order-1", 1}, {"limited", "order-2", 1}, {"acme", "order-2", 0}} {
+			if n := idCount(t, client, p, c.tenant, c.id); n != c.want {
+				t.Errorf("tenant %s's id %s counted %d times; want %d", c.tenant, c.id, n, c.want)
+			}
 		}
 	})
 }
@@ -141,7 +156,8 @@ func TestDuplicateIDConcurrentProducers(t *testing.T) {
 			}
 			producers[i] = p
 		}
-		var accepted [ids]atomic.Int64
+		const tenants = 3 // sender s sends as tenant s%tenants
+		var accepted [ids][tenants]atomic.Int64
 		var refused atomic.Int64
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -152,11 +168,11 @@ func TestDuplicateIDConcurrentProducers(t *testing.T) {
 					defer wg.Done()
 					<-start
 					id := fmt.Sprintf("same-%02d", i)
-					_, err := producers[s].Enqueue(context.Background(), Job{ID: id, Tenant: fmt.Sprintf("t%d", s%3), Type: "x", Payload: []byte(fmt.Sprint(s))})
+					_, err := producers[s].Enqueue(context.Background(), Job{ID: id, Tenant: fmt.Sprintf("t%d", s%tenants), Type: "x", Payload: []byte(fmt.Sprint(s))})
 					var dup *DuplicateJobError
 					switch {
 					case err == nil:
-						accepted[i].Add(1)
+						accepted[i][s%tenants].Add(1)
 					case errors.As(err, &dup) && dup.ID == id:
 						refused.Add(1)
 					default:
@@ -168,19 +184,21 @@ func TestDuplicateIDConcurrentProducers(t *testing.T) {
 		close(start)
 		wg.Wait()
 		for i := range accepted {
-			if n := accepted[i].Load(); n != 1 {
-				t.Errorf("id same-%02d: %d jobs accepted; want exactly 1", i, n)
+			for tn := range accepted[i] {
+				if n := accepted[i][tn].Load(); n != 1 {
+					t.Errorf("id same-%02d of tenant t%d: %d jobs accepted; want exactly 1", i, tn, n)
+				}
 			}
 		}
-		if refused.Load() != ids*(senders-1) {
-			t.Errorf("%d refused; want %d", refused.Load(), ids*(senders-1))
+		if refused.Load() != ids*(senders-tenants) {
+			t.Errorf("%d refused; want %d", refused.Load(), ids*(senders-tenants))
 		}
 		st, err := producers[0].Stats(context.Background())
-		if err != nil || st.Depth != ids {
-			t.Fatalf("stats %+v, %v; want depth %d", st, err, ids)
+		if err != nil || st.Depth != ids*tenants {
+			t.Fatalf("stats %+v, %v; want depth %d", st, err, ids*tenants)
 		}
-		if n, err := client.HLen(context.Background(), producers[0].keys.ids).Result(); err != nil || n != ids {
-			t.Fatalf("%d ids recorded (%v); want %d", n, err, ids)
+		if n, err := client.HLen(context.Background(), producers[0].keys.ids).Result(); err != nil || n != ids*tenants {
+			t.Fatalf("%d ids recorded (%v); want %d", n, err, ids*tenants)
 		}
 	})
 }
@@ -247,7 +265,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, ti := range tasks {
-				if strings.HasPrefix(ti.ID, "sluice:same@") {
+				if strings.HasPrefix(ti.ID, "sluice:=a/same@") {
 					ids = append(ids, ti.ID)
 				}
 			}
@@ -323,7 +341,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			return nil
 		}))
 		<-started
-		if n := idCount(t, client, p, "same"); n != 0 {
+		if n := idCount(t, client, p, "a", "same"); n != 0 {
 			t.Fatalf("a running job's id counted %d times; want 0", n)
 		}
 		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("second")}); err != nil {
@@ -333,7 +351,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			st, err := p.Stats(ctx)
 			return err == nil && st.HandedOver == 1 && st.Depth == 1
 		})
-		if n := idCount(t, client, p, "same"); n != 0 {
+		if n := idCount(t, client, p, "a", "same"); n != 0 {
 			t.Fatalf("a handed-over job's id counted %d times; want 0", n)
 		}
 		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")}); err != nil {
@@ -352,7 +370,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			st, err := p.Stats(ctx)
 			return ran("second") == 1 && err == nil && st.Depth == 2 && st.HandedOver == 0 && st.Sleeping == 1
 		})
-		if n := idCount(t, client, p, "same"); n != 2 {
+		if n := idCount(t, client, p, "a", "same"); n != 2 {
 			t.Fatalf("the id counted %d times; want 2 (the third job and the put-back first)", n)
 		}
 		// Back in the waiting room: in its tenant's backlog and its class.
@@ -449,7 +467,7 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 			t.Fatalf("enqueue with a task run again: %v; want ErrQueueFull", err)
 		}
 		for id, want := range map[string]int64{"j0": 1, "j1": 0, "j2": 1, "j3": 0, "j5": 0} {
-			if n := idCount(t, client, p, id); n != want {
+			if n := idCount(t, client, p, "a", id); n != want {
 				t.Errorf("id %s counted %d times; want %d", id, n, want)
 			}
 		}
@@ -474,10 +492,10 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 			}
 		}
 		ids, err := client.HGetAll(ctx, p.keys.ids).Result()
-		if err != nil || len(ids) != 1 || ids["mine"] != "1" {
+		if err != nil || len(ids) != 1 || ids["=a/mine"] != "1" {
 			t.Fatalf("ids hash %v, %v; want only mine, once (chosen ids %q not recorded)", ids, err, chosen)
 		}
-		wantDuplicate(t, func() error { _, err := p.Enqueue(ctx, Job{ID: "mine", Tenant: "b", Type: "x"}); return err }(), cfg, "mine")
+		wantDuplicate(t, func() error { _, err := p.Enqueue(ctx, Job{ID: "mine", Tenant: "a", Type: "x"}); return err }(), cfg, "mine")
 		s, err := NewServer(client, ServerConfig{Config: cfg})
 		if err != nil {
 			t.Fatal(err)
@@ -523,4 +541,74 @@ func TestChosenIDsDistinct(t *testing.T) {
 		}
 		seen[id], seen[nonce] = true, true
 	}
+}
+
+// TestIDsScopedByTenant is issue 19's first finding: tenant mallory's job
+// of an id must neither block tenant alice's job of that id, waiting or put
+// back, nor share its asynq task: each tenant's jobs run with their own
+// payloads, and the task ids name the tenant.
+func TestIDsScopedByTenant(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		for _, tenant := range []string{"mallory", "alice"} {
+			r, err := p.Enqueue(ctx, Job{ID: "order-42", Tenant: tenant, Type: "x", Payload: []byte(tenant)})
+			if err != nil || r.ID != "order-42" {
+				t.Fatalf("%s's order-42: %+v, %v; want it accepted", tenant, r, err)
+			}
+		}
+		for _, tenant := range []string{"mallory", "alice"} {
+			_, err := p.Enqueue(ctx, Job{ID: "order-42", Tenant: tenant, Type: "x", Payload: []byte("again")})
+			wantDuplicate(t, err, cfg, "order-42")
+			var dup *DuplicateJobError
+			if errors.As(err, &dup); dup.Tenant != tenant || !strings.Contains(err.Error(), fmt.Sprintf("%q", tenant)) {
+				t.Errorf("%s's duplicate: %v; want it to name the tenant", tenant, err)
+			}
+		}
+
+		// mallory's job is put back for an hour (its id in the room
+		// again); alice's runs.
+		type run struct{ tenant, payload, task string }
+		var mu sync.Mutex
+		var runs []run
+		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, HandlerFunc(func(ctx context.Context, j *Job) error {
+			task, _ := asynq.GetTaskID(ctx)
+			mu.Lock()
+			runs = append(runs, run{j.Tenant, string(j.Payload), task})
+			mu.Unlock()
+			if j.Tenant == "mallory" {
+				return Reschedule(time.Hour, "429")
+			}
+			return nil
+		}))
+		got := func() []run {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(runs)
+		}
+		waitFor(t, 20*time.Second, "both jobs to run and mallory's to be put back", func() bool {
+			return len(got()) == 2 && idCount(t, client, p, "mallory", "order-42") == 1
+		})
+		if n := idCount(t, client, p, "alice", "order-42"); n != 0 {
+			t.Fatalf("alice's order-42 counted %d times after it ran", n)
+		}
+		// mallory's waiting job does not block alice's next order-42.
+		if _, err := p.Enqueue(ctx, Job{ID: "order-42", Tenant: "alice", Type: "x", Payload: []byte("alice")}); err != nil {
+			t.Fatalf("alice's order-42 while mallory's waits: %v; want it accepted", err)
+		}
+		waitFor(t, 20*time.Second, "alice's second job to run", func() bool { return len(got()) == 3 })
+		_, err := p.Enqueue(ctx, Job{ID: "order-42", Tenant: "mallory", Type: "x"})
+		wantDuplicate(t, err, cfg, "order-42")
+
+		seen := map[string]bool{}
+		for _, r := range got() {
+			if r.payload != r.tenant {
+				t.Errorf("a job of tenant %s ran with %s's payload", r.tenant, r.payload)
+			}
+			if !strings.HasPrefix(r.task, "sluice:="+r.tenant+"/order-42@") || seen[r.task] {
+				t.Errorf("tenant %s's job ran as task %q; want its own, naming the tenant", r.tenant, r.task)
+			}
+			seen[r.task] = true
+		}
+	})
 }

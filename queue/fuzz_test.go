@@ -821,7 +821,7 @@ func TestScriptRefusalsChangeNothing(t *testing.T) {
 				}
 			}
 			// The queue is full (4 of 4).
-			refuse(Job{ID: "n1", Tenant: "new", Type: "full"}, Job{ID: "a1", Tenant: "other", Type: "duplicate"})
+			refuse(Job{ID: "n1", Tenant: "new", Type: "full"}, Job{ID: "a1", Tenant: "acme", Type: "duplicate"}, Job{ID: "a1", Tenant: "other", Type: "full"})
 			// Room for one more in the queue (as if a worker had taken a
 			// job): acme's backlog is still full, and limited's window
 			// has no more admissions.

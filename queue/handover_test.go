@@ -141,7 +141,7 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 	// asynq dequeues from the tail: the oldest is last.
 	slices.Reverse(pending)
 	for i, task := range pending {
-		if !regexp.MustCompile(`^sluice:` + regexp.QuoteMeta(ids[i]) + `@[0-9a-f]{16}:0$`).MatchString(task) {
+		if !regexp.MustCompile(`^sluice:=[^/]+/` + regexp.QuoteMeta(ids[i]) + `@[0-9a-f]{16}:0$`).MatchString(task) {
 			t.Fatalf("task %d: %q; want the task of job %s, in the order of the jobs", i, task, ids[i])
 		}
 	}

@@ -53,15 +53,17 @@ func TestHTTPEndpoint(t *testing.T) {
 		{`{"tenant":"limited","type":"x","payload":{"a":1}}`, 202, "", map[string]string{
 			"RateLimit-Policy": `"tenant";q=2;w=60`, "RateLimit": `"tenant";r=1;t=60`,
 			"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "60"}},
-		{`{"tenant":"limited","type":"x"}`, 202, "", nil},
+		{`{"tenant":"limited","type":"x","id":"l-1"}`, 202, "", nil},
 		{`{"tenant":"limited","type":"x"}`, 429, "rate_limited", map[string]string{
 			"Retry-After": "60", "RateLimit": `"tenant";r=0;t=60`, "X-RateLimit-Remaining": "0"}},
 		{`{"tenant":"other","type":"x","id":"o-1"}`, 202, "", nil},
 		{`{"tenant":"other","type":"x"}`, 503, "queue_full", map[string]string{"Retry-After": "1"}},
-		// A job whose id is in the queue: 409 with that id, even with the
-		// queue full, whatever the tenant, and for a rate-limited tenant.
+		// A job whose id its tenant has in the queue: 409 with that id,
+		// even with the queue full, whatever the job, and for a
+		// rate-limited tenant. Another tenant's id is no duplicate.
 		{`{"tenant":"other","type":"x","id":"o-1"}`, 409, "duplicate", map[string]string{"Retry-After": ""}},
-		{`{"tenant":"limited","type":"y","id":"o-1","payload":2}`, 409, "duplicate", nil},
+		{`{"tenant":"limited","type":"y","id":"l-1","payload":2}`, 409, "duplicate", nil},
+		{`{"tenant":"limited","type":"x","id":"o-1"}`, 503, "queue_full", nil},
 		{`{"tenant":"other"}`, 400, "invalid", nil},
 		{`{"tenant":"other","type":"x","bogus":1}`, 400, "invalid", nil},
 		{`not json`, 400, "invalid", nil},
@@ -74,7 +76,7 @@ func TestHTTPEndpoint(t *testing.T) {
 	}
 	for i, s := range steps {
 		resp, r := post(s.body)
-		if resp.StatusCode != s.code || r.Reason != s.reason || strings.Contains(s.body, `"o-1"`) && r.ID != "o-1" {
+		if resp.StatusCode != s.code || r.Reason != s.reason || s.code != 503 && strings.Contains(s.body, `"o-1"`) && r.ID != "o-1" {
 			t.Fatalf("step %d: %d %+v; want %d %q", i, resp.StatusCode, r, s.code, s.reason)
 		}
 		for k, v := range s.headers {

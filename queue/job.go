@@ -5,8 +5,8 @@
 // exact bound on the queue, and optionally on each tenant's backlog, in one
 // atomic script: concurrent producers never push the queue past its bound,
 // and a refusal is a typed error that carries what the caller needs to
-// retry (RateLimitedError, QueueFullError). A job whose ID is already in
-// the queue is refused too (DuplicateJobError), so that a producer may
+// retry (RateLimitedError, QueueFullError). A job whose ID its tenant has
+// in the queue already is refused too (DuplicateJobError), so that a producer may
 // retry an enqueue whose answer it did not get.
 //
 // A Server runs asynq's server with a dispatcher beside it. The dispatcher
@@ -36,6 +36,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/names"
 )
 
@@ -57,7 +58,8 @@ type Job struct {
 	// ID identifies the job; a random one is chosen when empty. At most
 	// MaxIDLen bytes of [A-Za-z0-9_.:-].
 	//
-	// An ID is unique in its queue while its job waits in the waiting
+	// An ID is unique among its tenant's jobs in its queue (two tenants'
+	// IDs never meet: see ScopedID) while its job waits in the waiting
 	// room: from the enqueue until it is handed to asynq (at most about
 	// Prefetch jobs ahead of the workers), and again whenever the job is
 	// put back to wait (throttled, rescheduled). Meanwhile Enqueue
@@ -70,12 +72,13 @@ type Job struct {
 	// its own, even while the first is still pending in asynq, running,
 	// retrying, or remembered by asynq as completed (each
 	// enqueue gets its own Nonce, so their asynq tasks never collide).
-	// Handlers that must not act twice for one ID should use it as an
-	// idempotency key.
+	// Handlers that must not act twice for one ID should use ScopedID as
+	// an idempotency key (the ID alone may be another tenant's too).
 	ID string `json:"id"`
 	// Nonce is set by the queue: random and different for every accepted
 	// enqueue, even of the same ID. With ID it names the job in the
-	// waiting room and its asynq task ids (sluice:<id>@<nonce>:<moves>).
+	// waiting room and its asynq task ids
+	// (sluice:<tenant>/<id>@<nonce>:<moves>; see ScopedID).
 	Nonce string `json:"nonce,omitempty"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,
@@ -157,16 +160,17 @@ func (e *QueueFullError) Error() string {
 // Unwrap returns ErrQueueFull.
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
-// DuplicateJobError: a job with the same ID waits in the queue's waiting
-// room. Nothing was written; the job already there will run. Retrying is
+// DuplicateJobError: a job of the same tenant with the same ID waits in
+// the queue's waiting room. Nothing was written; the job already there will run. Retrying is
 // pointless until that job has been handed to asynq.
 type DuplicateJobError struct {
-	Queue string
-	ID    string
+	Queue  string
+	Tenant string
+	ID     string
 }
 
 func (e *DuplicateJobError) Error() string {
-	return fmt.Sprintf("%v: a job with id %q is already waiting in queue %q", ErrDuplicateJob, e.ID, e.Queue)
+	return fmt.Sprintf("%v: a job with id %q is already waiting in queue %q for tenant %.64q", ErrDuplicateJob, e.ID, e.Queue, e.Tenant)
 }
 
 // Unwrap returns ErrDuplicateJob.
@@ -260,10 +264,27 @@ func (j *Job) timeoutSeconds() int64 {
 	return s
 }
 
-// key names this enqueue of the job (in its asynq task ids): <id>@<nonce>,
-// '@' being no character of an id.
+// key names this enqueue of the job (in its asynq task ids):
+// <scoped id>@<nonce>, '@' being no character of either.
 func (j *Job) key() string {
-	return j.ID + "@" + j.Nonce
+	return j.ScopedID() + "@" + j.Nonce
+}
+
+// ScopedID is the job's id within its tenant, as the waiting room's
+// duplicate check records it and its asynq task id holds it:
+// <encoded tenant>/<id>. The tenant is encoded as in key names ("=" and
+// the tenant as it is when it is at most 64 bytes of letters, digits and
+// _.-, else "#" and the hex SHA-256 of it), and '/' is a character of
+// neither that nor an id, so two tenants' ids never share a scoped id.
+// It is a safe HTTP header value: the built-in sluice.http job sends it as
+// its default Idempotency-Key. A job without a tenant (never one a
+// Producer accepted) has its bare id.
+func (j *Job) ScopedID() string {
+	enc, err := keyspace.Encode(j.Tenant)
+	if err != nil {
+		return j.ID
+	}
+	return enc + "/" + j.ID
 }
 
 // taskID is the asynq task id of the job's current hand-over: no other

@@ -81,7 +81,8 @@ func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
 					t.Errorf("%d pending tasks; want %d", len(tasks), len(want))
 				}
 				for _, task := range tasks {
-					id, _, _ := strings.Cut(strings.TrimPrefix(task.ID, "sluice:"), "@")
+					scoped, _, _ := strings.Cut(strings.TrimPrefix(task.ID, "sluice:"), "@")
+					_, id, _ := strings.Cut(scoped, "/")
 					w, ok := want[id]
 					if ok && (task.Timeout != w.timeout || task.MaxRetry != w.retry) {
 						t.Errorf("job %s: asynq has timeout %v, max retry %d; want %v, %d", id, task.Timeout, task.MaxRetry, w.timeout, w.retry)

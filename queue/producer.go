@@ -152,8 +152,8 @@ func randomHex(n int) string {
 func newID() string { return randomHex(16) }
 
 // Enqueue admits job by its tenant's policy and adds it to the waiting
-// room. It returns a *DuplicateJobError when a job with the same ID is in
-// the queue (see Job.ID), a *RateLimitedError when admission refuses, a
+// room. It returns a *DuplicateJobError when a job of the tenant with the
+// same ID is in the queue (see Job.ID), a *RateLimitedError when admission refuses, a
 // *QueueFullError when the queue or the tenant's backlog is at its bound,
 // and an error wrapping ErrInvalidJob for a job that could never be
 // accepted; in each case nothing was written. Once Enqueue returns nil the
@@ -197,6 +197,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	enc, list, err := p.keys.tenant(job.Tenant)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
+	}
+	if recordID != "" {
+		recordID = job.ScopedID() // the tenant's id: other tenants' never block it
 	}
 	alg := ""
 	var adm [5]string // "": no policy
@@ -253,7 +256,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	case 2:
 		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: v[1], Bound: v[2]}
 	case 4:
-		return Receipt{}, &DuplicateJobError{Queue: p.cfg.Queue, ID: job.ID}
+		return Receipt{}, &DuplicateJobError{Queue: p.cfg.Queue, Tenant: job.Tenant, ID: job.ID}
 	case 3:
 		return Receipt{}, &RateLimitedError{Tenant: job.Tenant, Policy: *tp.Admission, Decision: algorithms.Decision{
 			Limit: capacity, Remaining: v[1], ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,

@@ -365,7 +365,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ID, sleepText(job.Tenant, reason)).Err(); err != nil {
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ScopedID(), sleepText(job.Tenant, reason)).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

@@ -11,10 +11,11 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestDuplicateEnqueueHTTPAndCLI: a job whose id is already queued is
-// refused by a worker's POST /enqueue with 409 and reason "duplicate", and
-// by the CLI with exit code 5, and nothing is added; an id whose job has
-// run may be used again. The api downstream allows one call an hour, so
+// TestDuplicateEnqueueHTTPAndCLI: a job whose id its tenant has queued
+// already is refused by a worker's POST /enqueue with 409 and reason
+// "duplicate", and by the CLI with exit code 5, and nothing is added;
+// another tenant's job of the id is its own; an id whose job has run may
+// be used again. The api downstream allows one call an hour, so
 // after the first job every job for it stays in the waiting room.
 func TestDuplicateEnqueueHTTPAndCLI(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
@@ -42,15 +43,18 @@ downstreams:
 		t.Fatalf("POST waits: %d %+v %v", code, body, err)
 	}
 
-	// The same id again, from any tenant: 409, with the id.
-	for _, tenant := range []string{"t0", "t1"} {
-		code, body, err = post(w.addr, a.jobLine("waits", tenant))
-		if err != nil || code != http.StatusConflict || body.Reason != "duplicate" || body.ID != "waits" ||
-			!strings.Contains(body.Error, `"waits" is already waiting in queue`) {
-			t.Fatalf("POST waits again (tenant %s): %d %+v %v; want 409 duplicate", tenant, code, body, err)
-		}
+	// The same id again from its tenant: 409, with the id. From another
+	// tenant: that tenant's own job (issue 19).
+	code, body, err = post(w.addr, a.jobLine("waits", "t0"))
+	if err != nil || code != http.StatusConflict || body.Reason != "duplicate" || body.ID != "waits" ||
+		!strings.Contains(body.Error, `"waits" is already waiting in queue`) {
+		t.Fatalf("POST waits again (tenant t0): %d %+v %v; want 409 duplicate", code, body, err)
 	}
-	r := f.enqueue("", "-tenant", "t2", "-type", "sluice.http", "-downstream", "api", "-id", "waits",
+	code, body, err = post(w.addr, a.jobLine("waits", "t1"))
+	if err != nil || code != http.StatusAccepted || body.ID != "waits" {
+		t.Fatalf("POST waits of tenant t1: %d %+v %v; want 202, its own job", code, body, err)
+	}
+	r := f.enqueue("", "-tenant", "t1", "-type", "sluice.http", "-downstream", "api", "-id", "waits",
 		"-payload", fmt.Sprintf(`{"url":"%s/api/jobs/waits"}`, a.URL()))
 	if r.code != 5 || r.stdout != "" || !strings.Contains(r.stderr, "duplicate job") || !strings.Contains(r.stderr, `"waits"`) {
 		t.Fatalf("enqueue -id waits: exit %d, stdout %q, stderr %q; want exit 5 naming the id", r.code, r.stdout, r.stderr)
@@ -62,8 +66,8 @@ downstreams:
 		t.Fatalf("POST first after it ran: %d %+v %v; want 202", code, body, err)
 	}
 	r = f.enqueue("", "stats")
-	if r.code != 0 || !strings.Contains(r.stdout, "depth        2 of 100") {
-		t.Fatalf("stats: exit %d\n%s%s; want depth 2 (waits, and first again)", r.code, r.stdout, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "depth        3 of 100") {
+		t.Fatalf("stats: exit %d\n%s%s; want depth 3 (t0's and t1's waits, and first again)", r.code, r.stdout, r.stderr)
 	}
 	if calls := len(a.snapshot()); calls != 1 {
 		t.Fatalf("%d calls reached the downstream; want 1", calls)

@@ -518,12 +518,16 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 				return nil, fmt.Errorf("asynq %s tasks: %w", l.state, err)
 			}
 			for _, ti := range tasks {
-				// Task ids are sluice:<job id>@<nonce>:<hand-overs>.
+				// Task ids are sluice:<tenant>/<job id>@<nonce>:<hand-overs>
+				// (queue.Job.ScopedID before the '@').
 				id, ok := strings.CutPrefix(ti.ID, "sluice:")
 				if i := strings.LastIndexByte(id, ':'); ok && i > 0 {
 					id = id[:i]
 				}
 				id, _, _ = strings.Cut(id, "@")
+				if _, bare, scoped := strings.Cut(id, "/"); scoped {
+					id = bare
+				}
 				s := "asynq:" + l.state
 				if ti.IsOrphaned {
 					s += "+orphaned"

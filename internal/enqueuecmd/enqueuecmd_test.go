@@ -47,7 +47,7 @@ func TestDuplicateIDExitCode(t *testing.T) {
 		t.Fatalf("first job: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	for _, extra := range [][]string{nil, {"-wait", "-max-wait", "1h"}} {
-		args := append([]string{"-tenant", "other", "-type", "x", "-id", "order-1"}, extra...)
+		args := append([]string{"-tenant", "acme", "-type", "x", "-id", "order-1"}, extra...)
 		code, out, errs = c.run("", args...)
 		if code != ExitDuplicate || out != "" || !strings.Contains(errs, `duplicate job: a job with id "order-1" is already waiting in queue "cli"`) ||
 			!strings.Contains(errs, "the job already queued will run") {
@@ -68,7 +68,7 @@ func TestBulkDuplicates(t *testing.T) {
 	lines := strings.Join([]string{
 		`{"tenant":"a","type":"x","id":"j1"}`,
 		`{"tenant":"a","type":"x","id":"j2"}`,
-		`{"tenant":"b","type":"x","id":"j1"}`,
+		`{"tenant":"a","type":"x","id":"j1"}`,
 		`{"tenant":"a","type":"x"}`,
 	}, "\n") + "\n"
 	code, out, errs := c.run(lines, "-f", "-")

@@ -15,15 +15,16 @@
 --          4 the tenant's list (its length is the tenant's backlog),
 --          5 asynq's pending list, 6 the tenant's admission state (unused
 --          for a tenant without a policy), 7 weights hash, 8 per-class
---          count of waiting jobs, 9 ids hash (job id -> how many jobs of
---          that id are waiting)
+--          count of waiting jobs, 9 ids hash (scoped job id, tenant/id as
+--          queue.Job.ScopedID writes it -> how many jobs of it are waiting)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
 --          for a tenant without one, 10 tenant bound (0: none),
 --          11 weight (1 is not stored), 12 the tenant's metrics class (""
---          for "default", which is not counted), 13 the job's id ("" for
---          an id the producer chose, which is not recorded), 14 now in µs
+--          for "default", which is not counted), 13 the job's scoped id
+--          (queue.Job.ScopedID; "" for an id the producer chose, which is
+--          not recorded), 14 now in µs
 --          ("" for the server's TIME)
 -- Returns  {0, depth after, remaining, reset µs} admitted and queued
 --          {1, depth, bound, 0}         queue full

@@ -5,7 +5,9 @@
 --   H.meta       hash: depth (jobs in the waiting room)
 --   H.cdepth     hash: jobs in the waiting room, by metrics class; the
 --                default class is not counted (queue_enqueue.lua)
---   H.ids        hash: job id -> how many jobs of that id are waiting
+--   H.ids        hash: scoped job id (tenant/id, queue.Job.ScopedID) ->
+--                how many jobs of it are waiting; a task id holds it
+--                (sluice:<scoped id>@<nonce>:<moves>)
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
 --   H.retention  asynq's TaskMessage field Retention, encoded by the
@@ -26,7 +28,8 @@
 -- read returns the task id, the class and the message of an entry
 --   class TAB task-id-offset:task-id-length TAB message
 -- (queue.entry), or nil for text that is no entry. A task id is
--- sluice:<id>@<nonce>:<moves>, with at least one character before '@'.
+-- sluice:<scoped id>@<nonce>:<moves> (the scoped id is <tenant>/<id>,
+-- queue.Job.ScopedID), with at least one character before '@'.
 local function read(entry)
   local class, off, len, at = string.match(entry, '^([^\t]+)\t(%d+):(%d+)\t()')
   if not class then return nil end

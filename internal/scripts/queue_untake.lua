@@ -10,7 +10,7 @@
 --          8 why each tenant sleeps (see queue_sleep.lua)
 -- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
 --          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
---          class, 6 job id, 7 the tenant's id and why it sleeps
+--          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's id and why it sleeps
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])

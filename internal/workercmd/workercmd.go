@@ -6,6 +6,7 @@ package workercmd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -198,7 +199,8 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
 	if conn := asynqConnOpt(client); conn != nil {
-		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly})
+		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly,
+			PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})
 		mux.Handle("/monitoring/", mon)
 		w.closers = append(w.closers, mon.Close)
 	}
@@ -239,7 +241,7 @@ func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 			if err != nil {
 				return httpjob.Target{}, err
 			}
-			return httpjob.Target{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout}, nil
+			return httpjob.Target{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout, Header: d.Headers}, nil
 		},
 	})
 	return mux
@@ -278,6 +280,22 @@ func (w *worker) run(ctx context.Context) error {
 
 // Addr returns where the HTTP endpoints listen.
 func (w *worker) Addr() string { return w.ln.Addr().String() }
+
+// redactedPayload formats a task's payload for asynqmon as its default
+// formatter does, with the secret header values of a built-in HTTP job
+// (Authorization, Cookie, ...) replaced (httpjob.Redact).
+func redactedPayload(taskType string, payload []byte) string {
+	if taskType == httpjob.Type {
+		var job queue.Job
+		if json.Unmarshal(payload, &job) == nil {
+			job.Payload = httpjob.Redact(job.Payload)
+			if b, err := json.Marshal(job); err == nil {
+				payload = b
+			}
+		}
+	}
+	return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
+}
 
 // asynqConnOpt describes client's connection for asynqmon, which dials
 // its own: the same address, credentials and TLS.

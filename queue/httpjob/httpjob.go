@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,7 +28,9 @@ import (
 const Type = "sluice.http"
 
 // IdempotencyHeader is the header field in which a Type request
-// carries its job's id, so that a downstream can recognise a repeat.
+// carries its job's id scoped by its tenant (queue.Job.ScopedID), so that
+// a downstream can recognise a repeat, and never takes one tenant's
+// request for a repeat of another's of the same id.
 const IdempotencyHeader = "Idempotency-Key"
 
 // Request is the payload of a Type job.
@@ -38,7 +41,7 @@ type Request struct {
 	URL string `json:"url"`
 	// Header fields to send: names that are tokens, values without
 	// control characters but tab (CheckRequest). Idempotency-Key is the
-	// job's id unless this sets it: to another value, or to "" to send
+	// job's scoped id (queue.Job.ScopedID) unless this sets it: to another value, or to "" to send
 	// none.
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
@@ -53,6 +56,11 @@ type Target struct {
 	PerTenant bool
 	// Timeout bounds the request; default 30s.
 	Timeout time.Duration
+	// Header fields the downstream's policy sets on every request (its
+	// credentials), over the job's own fields of the same names: a job
+	// cannot replace them. Their values are never logged or put in an
+	// error.
+	Header map[string]string
 }
 
 // Handler runs Type jobs: it sends the request through a
@@ -68,9 +76,11 @@ type Target struct {
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
 //
-// Delivery is at least once, so each request carries the job's id as
+// Delivery is at least once, so each request carries the job's id, scoped
+// by its tenant (queue.Job.ScopedID: "=alice/order-42"), as
 // Idempotency-Key (the header of Stripe and of the IETF httpapi draft):
-// a downstream that honours it acts once on a request sent twice.
+// a downstream that honours it acts once on a request sent twice, and
+// two tenants' jobs of one id never share a key.
 //
 // A job may only call a URL under its downstream's base URL (Resolve
 // refuses others), so that whoever can enqueue cannot make the workers
@@ -122,12 +132,15 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// Say why without the URL: it may hold credentials.
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", Type, job.ID, urlerr.Reason(err)))
 	}
-	hr.Header.Set(IdempotencyHeader, job.ID)
+	hr.Header.Set(IdempotencyHeader, job.ScopedID())
 	for k, v := range req.Header {
 		if v == "" && http.CanonicalHeaderKey(k) == IdempotencyHeader {
 			hr.Header.Del(IdempotencyHeader)
 			continue
 		}
+		hr.Header.Set(k, v)
+	}
+	for k, v := range target.Header {
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)
@@ -181,3 +194,36 @@ type redacted struct {
 
 func (r *redacted) Error() string { return r.msg }
 func (r *redacted) Unwrap() error { return r.err }
+
+// Redacted is what Redact shows in place of a secret header value.
+const Redacted = "[redacted]"
+
+// sensitiveHeaders are the header fields whose values Redact hides,
+// canonical.
+var sensitiveHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key"}
+
+// Redact returns payload, a Type job's payload, with the values of its
+// Authorization, Cookie, Proxy-Authorization and X-Api-Key header fields
+// (in any case) replaced by Redacted, for showing or logging it. A payload
+// without such a field, or that is no Request, comes back as it is.
+func Redact(payload []byte) []byte {
+	var req Request
+	if json.Unmarshal(payload, &req) != nil || len(req.Header) == 0 {
+		return payload
+	}
+	changed := false
+	for k := range req.Header {
+		if slices.Contains(sensitiveHeaders, http.CanonicalHeaderKey(k)) {
+			req.Header[k] = Redacted
+			changed = true
+		}
+	}
+	if !changed {
+		return payload
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return payload
+	}
+	return b
+}

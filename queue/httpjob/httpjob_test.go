@@ -2,6 +2,9 @@ package httpjob
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -105,9 +108,10 @@ func TestOutcomes(t *testing.T) {
 	}
 }
 
-// TestIdempotencyKey: the job's id goes out as Idempotency-Key,
-// the same on every run of the job, unless the payload overrides it or
-// turns it off.
+// TestIdempotencyKey: the job's id, scoped by its tenant, goes out as
+// Idempotency-Key, the same on every run of the job, unless the payload
+// overrides it or turns it off; another tenant's job of the same id sends
+// another key (mallory's order-42 never passes for alice's).
 func TestIdempotencyKey(t *testing.T) {
 	th := newThrottle(t)
 	got := make(chan []string, 1)
@@ -121,8 +125,8 @@ func TestIdempotencyKey(t *testing.T) {
 		header string
 		want   []string
 	}{
-		{``, []string{"job-7"}},
-		{`,"header":{"X-Other":"1"}`, []string{"job-7"}},
+		{``, []string{"=t/job-7"}},
+		{`,"header":{"X-Other":"1"}`, []string{"=t/job-7"}},
 		{`,"header":{"idempotency-key":"mine"}`, []string{"mine"}},
 		{`,"header":{"Idempotency-Key":""}`, nil},
 	} {
@@ -134,6 +138,72 @@ func TestIdempotencyKey(t *testing.T) {
 			if v := <-got; !slices.Equal(v, c.want) {
 				t.Errorf("%s: Idempotency-Key %q, want %q", payload, v, c.want)
 			}
+		}
+	}
+	payload := []byte(`{"method":"POST","url":"` + api + `/x"}`)
+	for _, c := range []struct{ tenant, want string }{
+		{"mallory", "=mallory/order-42"},
+		{"alice", "=alice/order-42"},
+		// Not a verbatim key name: hashed, still a header-safe value.
+		{"alice:x", "#" + hex256("alice:x") + "/order-42"},
+	} {
+		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "order-42", Tenant: c.tenant, Type: Type, Downstream: "api", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		if v := <-got; !slices.Equal(v, []string{c.want}) {
+			t.Errorf("tenant %q: Idempotency-Key %q, want %q", c.tenant, v, c.want)
+		}
+	}
+}
+
+// hex256 is the hex SHA-256 of s.
+func hex256(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// TestTargetHeader: the downstream's own headers (its credentials, from
+// the policy file) go out on every request, over a job's header of the
+// same name; the job's other headers go out too.
+func TestTargetHeader(t *testing.T) {
+	th := newThrottle(t)
+	got := make(chan http.Header, 1)
+	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}))
+	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (Target, error) {
+		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}, Header: map[string]string{"Authorization": "Bearer policy", "X-Api-Key": "k"}}, nil
+	}}
+	for _, payload := range []string{
+		`{"url":"` + api + `/x","header":{"X-Other":"1"}}`,
+		`{"url":"` + api + `/x","header":{"authorization":"Bearer job","X-Other":"1"}}`,
+	} {
+		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)}); err != nil {
+			t.Fatal(err)
+		}
+		h := <-got
+		if !slices.Equal(h.Values("Authorization"), []string{"Bearer policy"}) || h.Get("X-Api-Key") != "k" || h.Get("X-Other") != "1" {
+			t.Errorf("%s: headers %q; want the policy's Authorization and X-Api-Key, and the job's X-Other", payload, h)
+		}
+	}
+}
+
+// TestRedact: the values of secret header fields, in any case, are
+// replaced; other fields, and payloads without secrets or that are no
+// request, are kept.
+func TestRedact(t *testing.T) {
+	in := `{"method":"POST","url":"https://a.com/x","header":{"authorization":"Bearer s3cret","Cookie":"sid=s3cret","PROXY-AUTHORIZATION":"Basic s3cret","x-api-key":"s3cret","X-Other":"visible"},"body":"b"}`
+	out := string(Redact([]byte(in)))
+	var req Request
+	if err := json.Unmarshal([]byte(out), &req); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "s3cret") || req.Header["X-Other"] != "visible" || req.Header["authorization"] != Redacted || req.URL != "https://a.com/x" || req.Body != "b" {
+		t.Fatalf("Redact: %s", out)
+	}
+	for _, keep := range []string{`{"url":"https://a.com/x","header":{"X-Other":"1"}}`, `not json`, `{"url":"https://a.com/x"}`} {
+		if got := string(Redact([]byte(keep))); got != keep {
+			t.Errorf("Redact(%s) = %s; want it as it is", keep, got)
 		}
 	}
 }

@@ -124,6 +124,12 @@ type Downstream struct {
 	PerTenant bool
 	// Timeout is the built-in HTTP job's request timeout.
 	Timeout time.Duration
+	// Headers are sent on every built-in HTTP job's request to the
+	// downstream, over the job's own headers of the same names: the
+	// file's headers map, names canonical, each ${VAR} in a value
+	// replaced by the environment variable at load, so that jobs carry
+	// no credentials. The values are secrets: never log or show them.
+	Headers map[string]string
 }
 
 // Tenant is one entry of the tenants section.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -351,6 +352,8 @@ func TestErrors(t *testing.T) {
 		{"base_url query", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/?x=1"), []string{"line 5:15: downstreams.s.base_url: must not have a query"}},
 		{"base_url fragment", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a.com/#x\""), []string{"line 5:15: downstreams.s.base_url: must not have a fragment"}},
 		{"base_url dots", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/../admin"), []string{"line 5:15: downstreams.s.base_url: must not contain . or .. path segments"}},
+		{"base_url path parameter", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api;v=1"), []string{"line 5:15: downstreams.s.base_url: must not have a ; in its path"}},
+		{"base_url double-encoded dot", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/%252e%252e/admin"), []string{"line 5:15: downstreams.s.base_url: must not have a %25 that encodes a dot or a slash in its path"}},
 		{"base_url port", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com:99999/"), []string{"line 5:15: downstreams.s.base_url: port \"99999\" must be between 1 and 65535"}},
 		{"base_url bad", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a b.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid character in host name"}},
 		{"base_url password with a slash", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://u:Pw5ecret/x@a.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid port after host"}},
@@ -572,6 +575,9 @@ func TestLoad(t *testing.T) {
 
 // TestDocsExample parses every YAML block of docs/policy.md.
 func TestDocsExample(t *testing.T) {
+	// The headers example reads its credentials from these.
+	t.Setenv("SHOP_TOKEN", "example-token")
+	t.Setenv("SHOP_KEY", "example-key")
 	md, err := os.ReadFile("../../docs/policy.md")
 	if err != nil {
 		t.Fatal(err)
@@ -582,6 +588,9 @@ func TestDocsExample(t *testing.T) {
 	}
 	for i, b := range blocks {
 		cfg := mustParse(t, b[1])
+		if d, ok := cfg.Downstreams["shop"]; ok && d.Headers["Authorization"] != "Bearer example-token" {
+			t.Errorf("the headers example: %d headers, Authorization not expanded", len(d.Headers))
+		}
 		if i != 0 {
 			continue
 		}
@@ -628,5 +637,46 @@ func TestAgreesWithQueue(t *testing.T) {
 	}
 	if DefaultMaxWait != throttle.DefaultMaxWait || DefaultLease != throttle.DefaultLease {
 		t.Errorf("defaults differ from package throttle's")
+	}
+}
+
+// TestDownstreamHeaders: a downstream's headers are read with each ${VAR}
+// taken from the environment at load, names canonical; an unset or empty
+// variable, a bad name or value, or a name given twice is an error with
+// its line that names the header and the variable, never a value.
+func TestDownstreamHeaders(t *testing.T) {
+	const secret = "s3cret-token-value"
+	t.Setenv("SLUICE_TEST_SHOP_TOKEN", secret)
+	t.Setenv("SLUICE_TEST_EMPTY", "")
+	t.Setenv("SLUICE_TEST_CRLF", "a\r\nX-Evil: 1")
+	q := "queue: {bound: 1}"
+	cfg := mustParse(t, doc(q, "downstreams:", "  s:", "    rate: 1",
+		"    headers:",
+		"      authorization: Bearer ${SLUICE_TEST_SHOP_TOKEN}",
+		"      X-Plain: price $5 ${SLUICE_TEST_SHOP_TOKEN}${SLUICE_TEST_SHOP_TOKEN}"))
+	want := map[string]string{"Authorization": "Bearer " + secret, "X-Plain": "price $5 " + secret + secret}
+	if got := cfg.Downstreams["s"].Headers; !maps.Equal(got, want) {
+		t.Fatalf("headers %q, want %q", got, want)
+	}
+	if h := mustParse(t, doc(q, "downstreams:", "  s: {rate: 1}")).Downstreams["s"].Headers; len(h) != 0 {
+		t.Fatalf("no headers in the file: %q", h)
+	}
+	for _, tt := range []struct{ line, want string }{
+		{"      Authorization: Bearer ${SLUICE_TEST_UNSET_VAR}", "line 6:22: downstreams.s.headers.Authorization: environment variable SLUICE_TEST_UNSET_VAR is not set"},
+		{"      Authorization: Bearer ${SLUICE_TEST_EMPTY}", "line 6:22: downstreams.s.headers.Authorization: environment variable SLUICE_TEST_EMPTY is empty"},
+		{"      Authorization: Bearer ${SLUICE_TEST_SHOP_TOKEN", "line 6:22: downstreams.s.headers.Authorization: a ${ without its closing }"},
+		{"      Authorization: Bearer ${1BAD}", "line 6:22: downstreams.s.headers.Authorization: ${1BAD} is not an environment variable's name"},
+		{"      X-Forward: ${SLUICE_TEST_CRLF}", "line 6:18: downstreams.s.headers.X-Forward: the value, once expanded, holds a control character other than tab"},
+		{"      \"bad name\": x", "line 6:7: downstreams.s.headers[\"bad name\"]: a header name must be an HTTP token"},
+		{"      Authorization: a\n      authorization: ${SLUICE_TEST_SHOP_TOKEN}", "downstreams.s.headers.authorization: the same header as downstreams.s.headers.Authorization"},
+		{"      Authorization: [a, b]", "line 6:22: downstreams.s.headers.Authorization: must be a single value"},
+	} {
+		_, err := Parse(doc(q, "downstreams:", "  s:", "    rate: 1", "    headers:", tt.line))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v\nwant %s", tt.line, err, tt.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "X-Evil")) {
+			t.Errorf("%q: the error shows a variable's value: %v", tt.line, err)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -49,7 +52,7 @@ const (
 var (
 	topFields        = []string{"queue", "downstreams", "tenants"}
 	queueFields      = []string{"name", "bound", "tenant_bound", "prefetch", "max_payload", "retention"}
-	downstreamFields = []string{"base_url", "rate", "per", "burst", "also", "max_wait", "concurrency", "lease", "per_tenant", "timeout"}
+	downstreamFields = []string{"base_url", "rate", "per", "burst", "also", "max_wait", "concurrency", "lease", "per_tenant", "timeout", "headers"}
 	rateFields       = []string{"rate", "per", "burst", "counts"}
 	tenantFields     = []string{"algorithm", "limit", "period", "burst", "weight", "class"}
 )
@@ -113,6 +116,7 @@ type downstreamFile struct {
 	Lease       duration             `yaml:"lease"`
 	PerTenant   boolean              `yaml:"per_tenant"`
 	Timeout     duration             `yaml:"timeout"`
+	Headers     entries[text]        `yaml:"headers"`
 	Unknown     map[string]yaml.Node `yaml:",inline"`
 }
 
@@ -1122,6 +1126,9 @@ func (c *checker) downstream(ent entry[downstreamFile], path string) (Downstream
 	if t, ok := s.duration("timeout", &df.Timeout, time.Millisecond, MaxDuration); ok {
 		d.Timeout = t
 	}
+	if s.has("headers") {
+		d.Headers = c.headers(&df.Headers, path+".headers")
+	}
 	if !s.has("rate") {
 		c.add(ent.at, path+".rate", nil, "required: the units allowed per `per`, at least 1")
 	}
@@ -1135,6 +1142,94 @@ func (c *checker) downstream(ent entry[downstreamFile], path string) (Downstream
 		d.Concurrency = &throttle.Concurrency{Name: ent.name, Max: conc, Lease: lease}
 	}
 	return d, true
+}
+
+// headers checks a downstream's headers: names that are HTTP tokens, given
+// once whatever their case, and values, once each ${VAR} in them is
+// replaced by the environment variable's value, without control
+// characters but tab. Messages name the header and the variable, never a
+// value. The names are returned canonical (http.CanonicalHeaderKey).
+func (c *checker) headers(e *entries[text], path string) map[string]string {
+	if !c.mapping(&e.mapping, path) {
+		return nil
+	}
+	s := section{c, &e.mapping, path}
+	out := make(map[string]string, len(e.list))
+	seen := map[string]string{} // canonical name -> the name as written
+	for _, ent := range e.list {
+		v, ok := s.text(ent.name, &ent.val)
+		if !ok {
+			continue
+		}
+		field := join(path, ent.name)
+		if downstream.CheckRequest("", map[string]string{ent.name: ""}) != nil {
+			c.add(ent.at, field, nil, "a header name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)")
+			continue
+		}
+		name := http.CanonicalHeaderKey(ent.name)
+		if prev, dup := seen[name]; dup {
+			c.add(ent.at, field, nil, "the same header as %s (names are not case-sensitive)", join(path, prev))
+			continue
+		}
+		seen[name] = ent.name
+		val, err := expandEnv(v)
+		if err != nil {
+			c.add(ent.val.at, field, nil, "%v", err)
+			continue
+		}
+		if downstream.CheckRequest("", map[string]string{name: val}) != nil {
+			c.add(ent.val.at, field, nil, "the value, once expanded, holds a control character other than tab")
+			continue
+		}
+		out[name] = val
+	}
+	return out
+}
+
+// expandEnv replaces each ${NAME} in s by the value of the environment
+// variable NAME, which must be set and not empty. A "$" not followed by
+// "{" is kept as it is. Errors name the variable, never a value.
+func expandEnv(s string) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			b.WriteString(s)
+			return b.String(), nil
+		}
+		b.WriteString(s[:i])
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", errors.New("a ${ without its closing }")
+		}
+		name := s[i+2 : i+end]
+		if !envName(name) {
+			return "", fmt.Errorf("${%.64s} is not an environment variable's name (letters, digits and _, not starting with a digit)", name)
+		}
+		val, ok := os.LookupEnv(name)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("environment variable %s is not set", name)
+		case val == "":
+			return "", fmt.Errorf("environment variable %s is empty", name)
+		}
+		b.WriteString(val)
+		s = s[i+end+1:]
+	}
+}
+
+// envName reports whether s is a portable environment variable name.
+func envName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // pace reads the rate, per and burst of a downstream or of one of its

@@ -17,7 +17,8 @@ var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 
 // parseBaseURL checks a downstream's base_url: an absolute http or https
 // URL with a host, and nothing that could make prefix matching ambiguous
-// (user info, a query, a fragment, dot segments). The host is kept in
+// (user info, a query, a fragment, dot segments, the paths pathTrick
+// refuses). The host is kept in
 // lower case.
 func parseBaseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
@@ -47,6 +48,9 @@ func parseBaseURL(s string) (*url.URL, error) {
 	}
 	if dotSegments(u) {
 		return nil, errors.New("must not contain . or .. path segments")
+	}
+	if why := pathTrick(u); why != "" {
+		return nil, errors.New("must not have " + why)
 	}
 	u.Host = strings.ToLower(u.Host)
 	return u, nil
@@ -101,6 +105,43 @@ func dotSegments(u *url.URL) bool {
 	return false
 }
 
+// maxUnescape is how many layers of percent-encoding pathTrick reads.
+const maxUnescape = 8
+
+// pathTrick says what in u's path a downstream might read differently from
+// the base_url check, or returns "" for a plain path: a ";" (a path
+// parameter to Tomcat and Spring, which read /api/..;/x as /x), raw or
+// encoded, or a "%25" that encodes a dot, a slash or a backslash (a
+// server that decodes twice reads /api/%252e%252e/x as /x). Layers of
+// "%25" are read until none is left, so deeper nesting is caught too.
+// (Single-encoded dots and slashes are decoded by dotSegments.)
+func pathTrick(u *url.URL) string {
+	p, err := url.PathUnescape(u.EscapedPath())
+	if err != nil {
+		return "an invalid escape in its path"
+	}
+	for range maxUnescape {
+		if strings.Contains(p, ";") {
+			return "a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)"
+		}
+		if !strings.Contains(p, "%") {
+			return ""
+		}
+		lower := strings.ToLower(p)
+		for _, enc := range []string{"%2e", "%2f", "%5c"} {
+			if strings.Contains(lower, enc) {
+				return "a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)"
+			}
+		}
+		next, err := url.PathUnescape(p)
+		if err != nil || next == p {
+			return "" // a literal "%" no server decodes to anything
+		}
+		p = next
+	}
+	return "percent-encoding nested too deep in its path"
+}
+
 // DownstreamFor returns the downstream whose base_url covers rawURL: the
 // same scheme, host and port (a missing port is the scheme's default), and
 // a path that is the base_url's path or lies under it on a segment
@@ -110,7 +151,8 @@ func dotSegments(u *url.URL) bool {
 //
 // It refuses, with an error wrapping ErrURLNotAllowed, a URL that is not
 // absolute http or https, that carries user info, whose decoded path has a
-// "." or ".." segment, or that no downstream covers: the built-in HTTP job
+// "." or ".." segment, whose path has a ";" or a "%25" that encodes a dot
+// or a slash (pathTrick), or that no downstream covers: the built-in HTTP job
 // uses it so that a job cannot make the workers call an arbitrary host.
 // Downstreams without a base_url cover nothing. Error messages show the
 // URL's origin and path, never its query or user info, and quote nothing
@@ -136,6 +178,9 @@ func (c *Config) DownstreamFor(rawURL string) (Downstream, error) {
 	}
 	if dotSegments(u) {
 		return Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
+	}
+	if why := pathTrick(u); why != "" {
+		return Downstream{}, fmt.Errorf("%w: %s has %s", ErrURLNotAllowed, show, why)
 	}
 	host := strings.ToLower(u.Hostname())
 	path := u.EscapedPath()

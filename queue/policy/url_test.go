@@ -25,6 +25,10 @@ func TestDownstreamFor(t *testing.T) {
 		{"http://a.com/api", "api"},
 		{"http://a.com/api/", "api"},
 		{"http://a.com/api/orders/7?limit=5#top", "api"},
+		// A "%25" that encodes no dot, slash or ";" is plain text.
+		{"http://a.com/api/50%25off", "api"},
+		{"http://a.com/api/a%2541", "api"},
+		{"http://a.com/api/a.b%2ec", "api"},
 		{"HTTP://A.COM/api/x", "api"},
 		{"http://a.com:80/api/x", "api"},
 		{"http://a.com:/api", "api"},
@@ -79,6 +83,20 @@ func TestDownstreamFor(t *testing.T) {
 		{"http://a.com/api/x%2F..%2F..%2Fadmin", ""},
 		{"http://a.com/api/..%5Cadmin", ""},
 		{"http://a.com/api/x/..\\..\\admin", ""},
+		// Paths a downstream may read differently (issue 19): path
+		// parameters, and dots and slashes encoded twice or more.
+		{"http://a.com/api/..;/secret", ""},
+		{"http://a.com/api;/x", ""},
+		{"http://a.com/api/x;jsessionid=1", ""},
+		{"http://a.com/api/x%3b", ""},
+		{"http://a.com/api/x%253B", ""},
+		{"http://a.com/api/%252e%252e/secret", ""},
+		{"http://a.com/api/%252E%252E/secret", ""},
+		{"http://a.com/api/x%252fy", ""},
+		{"http://a.com/api/..%252fsecret", ""},
+		{"http://a.com/api/..%255csecret", ""},
+		{"http://a.com/api/%25252e%25252e/secret", ""},
+		{"http://a.com/api/" + strings.Repeat("%25", 9) + "2e", ""},
 		// Not absolute http(s).
 		{"/api/x", ""},
 		{"//a.com/api", ""},
@@ -115,9 +133,11 @@ func TestDownstreamForMessages(t *testing.T) {
 		"http://a b/?secret":             `sluice: URL not allowed: not a valid URL: invalid character in host name`,
 		// A password with a "/" or a port followed by more: net/url
 		// quotes the text it took for a port.
-		"http://u:secret/x@a.com/api":     `sluice: URL not allowed: not a valid URL: invalid port after host`,
-		"http://a.com:8092:secret/api":    `sluice: URL not allowed: not a valid URL: invalid port after host`,
-		"http://a.com:70000/api?k=secret": `sluice: URL not allowed: "http://a.com:70000/api": port "70000" must be between 1 and 65535`,
+		"http://u:secret/x@a.com/api":            `sluice: URL not allowed: not a valid URL: invalid port after host`,
+		"http://a.com:8092:secret/api":           `sluice: URL not allowed: not a valid URL: invalid port after host`,
+		"http://a.com:70000/api?k=secret":        `sluice: URL not allowed: "http://a.com:70000/api": port "70000" must be between 1 and 65535`,
+		"http://a.com/api/..;/x?k=secret":        `sluice: URL not allowed: "http://a.com/api/..;/x" has a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)`,
+		"http://a.com/api/%252e%252e/x?k=secret": `sluice: URL not allowed: "http://a.com/api/%252e%252e/x" has a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)`,
 	} {
 		_, err := cfg.DownstreamFor(url)
 		if err == nil || err.Error() != want {
