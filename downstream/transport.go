@@ -41,7 +41,9 @@ type Transport struct {
 	// Limit is the downstream's pace; its Name labels metrics.
 	Limit throttle.Limit
 	// Concurrency, when set, caps the requests in flight fleet-wide; the
-	// slot is held until the response body is closed.
+	// slot is held until the response body is closed. A request waits for
+	// a slot as long as for its pace (Limit.MaxWait), woken as soon as one
+	// is given back.
 	Concurrency *throttle.Concurrency
 	// Key returns the throttle key of a request; default the request's
 	// host. Per-account quotas key by account.
@@ -91,7 +93,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
 		if t.Concurrency != nil {
 			var err error
-			if lease, err = t.Throttle.Acquire(ctx, key, *t.Concurrency); err != nil {
+			if lease, err = t.Throttle.AcquireWait(ctx, key, *t.Concurrency, t.Limit.WaitLimit()); err != nil {
 				closeBody(req)
 				return nil, err
 			}

@@ -75,7 +75,8 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 	fake := downstreamtest.NewServer(downstreamtest.Config{})
 	defer fake.Close()
 	th := newThrottle(t)
-	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
+	// MaxWait -1: a request that finds the slot leased does not wait.
+	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, MaxWait: -1}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
 	client := &http.Client{Transport: tr}
 	resp, err := client.Get(fake.URL())
 	if err != nil {
@@ -84,11 +85,26 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 	if _, err := client.Get(fake.URL()); !errors.Is(err, throttle.ErrBusy) {
 		t.Fatalf("second request while the first body is open: %v; want busy", err)
 	}
+	// A request that may wait gets the slot as soon as the first body is
+	// closed, long before the lease would run out.
+	waiting := &http.Client{Transport: &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, MaxWait: time.Minute},
+		Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}}
+	got := make(chan error, 1)
+	go func() {
+		r, err := waiting.Get(fake.URL())
+		if err == nil {
+			r.Body.Close()
+		}
+		got <- err
+	}()
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	resp, err = client.Get(fake.URL())
+	if err := <-got; err != nil {
+		t.Fatalf("the waiting request: %v", err)
+	}
+	resp, err = waiting.Get(fake.URL())
 	if err != nil {
-		t.Fatalf("after closing the first body: %v", err)
+		t.Fatalf("after closing the bodies: %v", err)
 	}
 	resp.Body.Close()
 }

@@ -192,7 +192,7 @@ const maxBudgets = 256
 // budgetFor returns how many units of lim are free within the horizon,
 // from a peek r for cost units that was OK: at least cost.
 func budgetFor(r throttle.Reservation, lim throttle.Limit, cost int64) int64 {
-	horizon := min(budgetHorizon, maxWait(lim))
+	horizon := min(budgetHorizon, lim.WaitLimit())
 	per := lim.Per
 	if per <= 0 {
 		per = time.Second

@@ -249,7 +249,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		if d.Concurrency != nil {
 			// A lease given back is usable at once: wait for one as
 			// long as for a slot, woken by the release.
-			lease, err = s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, maxWait(d.Limit))
+			lease, err = s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
 				// Every lease stayed held for the whole wait: calls are
@@ -311,15 +311,6 @@ func tooFar(job *Job, r throttle.Reservation) string {
 // leaseRecheck is the longest a tenant sleeps after its job waited a whole
 // MaxWait for a concurrency lease without getting one.
 const leaseRecheck = time.Second
-
-// maxWait is how long a job may wait for its slot under lim, and for a
-// lease.
-func maxWait(lim throttle.Limit) time.Duration {
-	if lim.MaxWait == 0 {
-		return throttle.DefaultMaxWait
-	}
-	return max(lim.MaxWait, 0)
-}
 
 // throttleError maps an error of the throttle to the job's fate. A job the
 // throttle refuses for what it is (a cost above the downstream's burst, a

@@ -89,6 +89,16 @@ type Limit struct {
 	Also []Rate
 }
 
+// WaitLimit is how long a call may wait under l, for its slot or for a
+// concurrency lease: MaxWait, DefaultMaxWait when it is zero, and no wait
+// at all when it is negative.
+func (l Limit) WaitLimit() time.Duration {
+	if l.MaxWait == 0 {
+		return DefaultMaxWait
+	}
+	return max(l.MaxWait, 0)
+}
+
 // PerSecond returns a Limit of n evenly spaced units per second.
 func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
 
