@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -149,6 +150,8 @@ type worker struct {
 	http     *http.Server
 	ln       net.Listener
 	handlers *queue.ServeMux
+	// monitoring: asynqmon is served under /monitoring/.
+	monitoring bool
 	closers  []func() error
 }
 
@@ -202,6 +205,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly,
 			PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})
 		mux.Handle("/monitoring/", mon)
+		w.monitoring = true
 		w.closers = append(w.closers, mon.Close)
 	}
 	ln, err := net.Listen("tcp", o.listen)
@@ -251,7 +255,8 @@ func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 // endpoint stops taking jobs, the dispatcher stops, running jobs get the
 // shutdown timeout to finish and the rest return to the queue.
 func (w *worker) run(ctx context.Context) error {
-	if err := w.server.Start(w.handlers); err != nil {
+	var tally jobTally
+	if err := w.server.Start(tally.wrap(w.handlers)); err != nil {
 		return err
 	}
 	errc := make(chan error, 1)
@@ -260,17 +265,27 @@ func (w *worker) run(ctx context.Context) error {
 			errc <- err
 		}
 	}()
-	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency)
+	base := "http://" + w.ln.Addr().String()
+	monitoring := "off"
+	if w.monitoring {
+		monitoring = base + "/monitoring/"
+	}
+	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
+		"metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	w.log.Info("sluice worker stopping")
+	running := tally.stop()
+	w.log.Info("sluice worker stopping", "running", running, "shutdown_timeout", w.o.shutdown)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	w.http.Shutdown(sctx)
 	w.server.Shutdown()
+	finished, returned := tally.afterStop()
+	w.log.Info("sluice worker stopped", "jobs_run", tally.total.Load(), "running_at_stop", running,
+		"finished_after_stop", finished, "returned_to_queue", returned)
 	w.th.Close()
 	for _, c := range w.closers {
 		c()
@@ -309,4 +324,42 @@ func asynqConnOpt(client redis.UniversalClient) asynq.RedisConnOpt {
 		return asynq.RedisClusterClientOpt{Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}
 	}
 	return nil
+}
+
+// jobTally counts the jobs this process ran, and what became of those
+// running when it was told to stop: finished within the shutdown timeout,
+// or cut short and returned to the queue (asynq runs them again).
+type jobTally struct {
+	total, running   atomic.Int64
+	stopping         atomic.Bool
+	finished, cutOff atomic.Int64
+}
+
+func (t *jobTally) wrap(h queue.Handler) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) error {
+		t.running.Add(1)
+		err := h.ProcessJob(ctx, job)
+		t.running.Add(-1)
+		t.total.Add(1)
+		if t.stopping.Load() {
+			if ctx.Err() != nil {
+				t.cutOff.Add(1)
+			} else {
+				t.finished.Add(1)
+			}
+		}
+		return err
+	})
+}
+
+// stop marks the start of the shutdown and returns the jobs running then.
+func (t *jobTally) stop() int64 {
+	t.stopping.Store(true)
+	return t.running.Load()
+}
+
+// afterStop returns how many of the jobs running at the stop finished,
+// and how many went back to the queue.
+func (t *jobTally) afterStop() (finished, returned int64) {
+	return t.finished.Load(), t.cutOff.Load() + t.running.Load()
 }

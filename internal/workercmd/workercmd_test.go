@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // TestMain checks that a worker run to its end (SIGTERM, a bad policy)
@@ -165,5 +166,44 @@ func TestDemoRuns(t *testing.T) {
 	code := Main(context.Background(), []string{"-demo", "-demo-duration", "3s", "-demo-quota", "20"}, &out, &errb)
 	if code != 0 || !strings.HasPrefix(out.String(), "sluice demo: starting") || !strings.Contains(out.String(), "refused by the API with 429") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+}
+
+// TestJobTally: of the jobs running when the worker is told to stop, one
+// that finishes counts as finished, one cut short by the shutdown timeout
+// as returned to the queue; jobs before the stop count only in the total.
+func TestJobTally(t *testing.T) {
+	var tally jobTally
+	release := make(chan struct{})
+	h := tally.wrap(queue.HandlerFunc(func(ctx context.Context, j *queue.Job) error {
+		if j.Type == "quick" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-release:
+			return nil
+		}
+	}))
+	if err := h.ProcessJob(context.Background(), &queue.Job{Type: "quick"}); err != nil {
+		t.Fatal(err)
+	}
+	cut, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { h.ProcessJob(cut, &queue.Job{Type: "slow"}); done <- struct{}{} }()
+	go func() { h.ProcessJob(context.Background(), &queue.Job{Type: "slow"}); done <- struct{}{} }()
+	for tally.running.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if n := tally.stop(); n != 2 {
+		t.Fatalf("running at stop: %d, want 2", n)
+	}
+	cancel()
+	<-done
+	close(release)
+	<-done
+	if f, r := tally.afterStop(); f != 1 || r != 1 || tally.total.Load() != 3 {
+		t.Fatalf("finished %d, returned %d, total %d; want 1, 1, 3", f, r, tally.total.Load())
 	}
 }
