@@ -152,7 +152,7 @@ type worker struct {
 	handlers *queue.ServeMux
 	// monitoring: asynqmon is served under /monitoring/.
 	monitoring bool
-	closers  []func() error
+	closers    []func() error
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
