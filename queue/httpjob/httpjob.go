@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -100,16 +101,29 @@ type Handler struct {
 // maxErrorBody is how much of an error response is kept in the error.
 const maxErrorBody = 512
 
-// ProcessJob sends the job's request.
-func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
+// ParseRequest reads a Type job's payload and refuses what could never be
+// sent: a payload that is no Request, no url, a method outside
+// downstream.HTTPMethods, an unsendable header (downstream.CheckRequest).
+// The worker archives such a job; the policy's CheckJob refuses it at
+// enqueue with the same words.
+func ParseRequest(payload []byte) (Request, error) {
 	var req Request
-	if err := json.Unmarshal(job.Payload, &req); err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: payload is not an HTTP request: %v", Type, job.ID, err))
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return Request{}, fmt.Errorf("payload is not an HTTP request: %v", err)
 	}
 	if req.URL == "" {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: url is required", Type, job.ID))
+		return Request{}, errors.New("url is required")
 	}
 	if err := downstream.CheckRequest(req.Method, req.Header); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// ProcessJob sends the job's request.
+func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
+	req, err := ParseRequest(job.Payload)
+	if err != nil {
 		// It can never be sent: archive it, spending no retry.
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", Type, job.ID, err))
 	}

@@ -1,12 +1,10 @@
 package policy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
 	"github.com/sluicehq/sluice/throttle"
@@ -35,19 +33,9 @@ var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
 // The tenant's own capacity is checked by the producer itself.
 func (c *Config) CheckJob(job *queue.Job) error {
 	if job.Type == httpjob.Type {
-		var req struct {
-			Method string            `json:"method"`
-			URL    string            `json:"url"`
-			Header map[string]string `json:"header"`
-		}
-		if err := json.Unmarshal(job.Payload, &req); err != nil {
-			return fmt.Errorf("%s payload is not an HTTP request: %v", httpjob.Type, err)
-		}
-		if req.URL == "" {
-			return fmt.Errorf("%s payload: url is required", httpjob.Type)
-		}
-		if err := downstream.CheckRequest(req.Method, req.Header); err != nil {
-			return fmt.Errorf("%s payload: %w", httpjob.Type, err)
+		req, err := httpjob.ParseRequest(job.Payload)
+		if err != nil {
+			return fmt.Errorf("%s job: %w", httpjob.Type, err)
 		}
 		if _, err := c.ResolveHTTP(job, req.URL); err != nil {
 			return err
