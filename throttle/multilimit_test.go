@@ -233,8 +233,8 @@ func TestSeveralLimitsCancelAfterAnother(t *testing.T) {
 }
 
 // TestSeveralLimitsFields: every bucket lives in the key's one hash
-// (so one script books them all on a cluster too); a key without Also
-// keeps exactly the fields it always had.
+// (so one script books them all on a cluster too): a key without Also
+// holds one bucket's fields and the TTL's mark.
 func TestSeveralLimitsFields(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		clock := &fakeClock{t: base}
@@ -245,8 +245,8 @@ func TestSeveralLimitsFields(t *testing.T) {
 			lim  Limit
 			want []string
 		}{
-			{"one", PerSecond(10), []string{"a", "f"}},
-			{"three", Limit{Rate: 10, Also: []Rate{{Rate: 100, Per: time.Minute}, {Rate: 1000, Per: time.Hour}}}, []string{"a", "a1", "a2", "f", "f1", "f2"}},
+			{"one", PerSecond(10), []string{"a", "e", "f"}},
+			{"three", Limit{Rate: 10, Also: []Rate{{Rate: 100, Per: time.Minute}, {Rate: 1000, Per: time.Hour}}}, []string{"a", "a1", "a2", "e", "f", "f1", "f2"}},
 		} {
 			if _, err := th.Reserve(ctx, c.key, c.lim, 1); err != nil {
 				t.Fatal(err)

@@ -352,3 +352,55 @@ func TestFailClosedAndFallback(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyLivesAsLongAsItsBookings: the bucket's TTL always covers the
+// slots booked, though a busy key renews it only once in a while (the
+// field e marks how far it reaches), and a pause, which may shorten it,
+// makes the next booking renew it.
+func TestKeyLivesAsLongAsItsBookings(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		th := newThrottle(t, client, nil, nil)
+		ctx := context.Background()
+		lim := Limit{Rate: 1, Per: time.Second, MaxWait: time.Minute}
+		k, _ := th.rateKey("ttl")
+		marks := map[string]bool{}
+		covered := func(r Reservation) {
+			t.Helper()
+			ttl, err := client.PTTL(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ttl < r.Delay {
+				t.Fatalf("TTL %v is shorter than the slot booked %v ahead", ttl, r.Delay)
+			}
+		}
+		for range 25 {
+			r, err := th.Reserve(ctx, "ttl", lim, 1)
+			if err != nil || !r.OK {
+				t.Fatal(r, err)
+			}
+			covered(r)
+			marks[client.HGet(ctx, k, "e").Val()] = true
+		}
+		// Slots a second apart: the TTL is renewed when the bookings
+		// reach past it, each time half as long again (at 1, 2, 3, 5,
+		// 8, 12 and 18 s): fewer than a third of the bookings.
+		if len(marks) < 2 || len(marks) > 8 {
+			t.Fatalf("the TTL was set %d times in 25 bookings; want 2 to 8", len(marks))
+		}
+		if _, err := th.Pause(ctx, "ttl", lim, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if client.HExists(ctx, k, "e").Val() {
+			t.Fatal("a pause left the TTL's mark")
+		}
+		r, err := th.Reserve(ctx, "ttl", lim, 1)
+		if err != nil || !r.OK {
+			t.Fatal(r, err)
+		}
+		covered(r)
+		if !client.HExists(ctx, k, "e").Val() {
+			t.Fatal("the booking after a pause did not renew the TTL")
+		}
+	})
+}

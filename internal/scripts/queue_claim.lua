@@ -32,8 +32,9 @@
 --                                       when the next claim should come
 --                                       at once (the batch was full and
 --                                       the prefetch has room, or a job
---                                       to check is next), else 0; b, the
---                                       budgets left, in ARGV's order
+--                                       to check is next), 2 when the
+--                                       prefetch is now full, else 0; b,
+--                                       the budgets left, in ARGV's order
 --          {1, tenant, entry}           a job to check before taking
 --          {4, tenant, text}            text that is no entry
 --          {0, wait µs}                 nothing ready; the next sleeper
@@ -78,37 +79,19 @@ local n, empties, more = 0, 0, 0
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
 local weights, weighted = {}, redis.call('HLEN', KEYS[4]) > 0
--- A tenant alone in the ring takes the whole batch in one pop, unless its
--- jobs must be shown one by one.
-local alone = not peek and redis.call('LLEN', KEYS[1]) == 1
+-- A turn takes up to q jobs of its tenant in one pop: the batch's room
+-- shared over the tenants in the ring (one a turn when they outnumber
+-- it), so a claim still serves them all in turn, a command a tenant
+-- rather than a job.
+local q = math.max(1, math.floor(room / math.max(1, redis.call('LLEN', KEYS[1]))))
 while n < room and empties < 32 do
   -- The head tenant takes its turn: rotated to the tail at once, and back
   -- to the head if its weight gives it more turns.
   local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
   if not tenant then break end
   local list = ARGV[2] .. tenant
-  local head
-  if alone then
-    alone = false
-    head = redis.call('LPOP', list, room - n)
-    for i, h in ipairs(head or {}) do
-      local task, class, msg = read(h)
-      if not task then
-        -- Text that is no entry goes back with the jobs behind it; the
-        -- dispatcher is shown it, now or after this batch.
-        for j = #head, i, -1 do redis.call('LPUSH', list, head[j]) end
-        if n == 0 then return {4, tenant, h} end
-        more = 1
-        break
-      end
-      hand_over(H, task, class, msg, now)
-      n = n + 1
-    end
-    if more == 1 then break end
-  else
-    head = redis.call('LPOP', list)
-  end
-  if not head then
+  local got = redis.call('LPOP', list, math.min(q, room - n))
+  if not got then
     empties = empties + 1
     redis.call('RPOP', KEYS[1])
     redis.call('SREM', KEYS[3], tenant)
@@ -116,16 +99,31 @@ while n < room and empties < 32 do
       redis.call('HDEL', KEYS[4], tenant)
       redis.call('HDEL', KEYS[5], tenant)
     end
-  elseif type(head) == 'string' then
-    local task, class, msg = read(head)
-    -- Payloads are base64 in the envelope, and string fields escape
-    -- their quotes, so this text only ever is the downstream field.
-    local check = not task or (peek and string.find(head, '"downstream":"', 1, true) and not spend(tenant, head))
-    if check then redis.call('LPUSH', list, head) end
-    if check and n > 0 then
-      redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
-      more = 1
-      break
+  else
+    -- Hand the jobs over in order up to the first that is no entry or
+    -- must be checked first (its throttle key has no budget left, and
+    -- budgets are spent as jobs are taken: payloads are base64 in the
+    -- envelope and string fields escape their quotes, so this text only
+    -- ever is the downstream field). That one and those behind it go back.
+    local stop
+    for i, h in ipairs(got) do
+      local task, class, msg = read(h)
+      if not task or (peek and string.find(h, '"downstream":"', 1, true) and not spend(tenant, h)) then
+        stop = i
+        break
+      end
+      hand_over(H, task, class, msg, now)
+      n = n + 1
+    end
+    if stop then
+      local back = {}
+      for j = #got, stop, -1 do back[#back + 1] = got[j] end
+      redis.call('LPUSH', list, unpack(back))
+      if n > 0 then
+        redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
+        more = 1
+        break
+      end
     end
     local weight = weights[tenant]
     if not weight then
@@ -139,10 +137,10 @@ while n < room and empties < 32 do
         redis.call('HDEL', KEYS[5], tenant)
       end
     end
-    if not task then return {4, tenant, head} end
-    if check then return {1, tenant, head} end
-    hand_over(H, task, class, msg, now)
-    n = n + 1
+    if stop then
+      if not read(got[stop]) then return {4, tenant, got[stop]} end
+      return {1, tenant, got[stop]}
+    end
   end
 end
 flush(H)
@@ -151,6 +149,7 @@ flush(H)
 if empties >= 32 and n < room then more = 1 end
 if n > 0 or more == 1 then
   if n == tonumber(ARGV[4]) and tonumber(ARGV[1]) - handed > n then more = 1 end
+  if more == 0 and handed + n >= tonumber(ARGV[1]) then more = 2 end
   return reply(n, more)
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')

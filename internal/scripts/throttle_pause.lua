@@ -58,4 +58,7 @@ for i, x in ipairs(b) do
 end
 if ceil < SHARE_FULL then life = math.max(life, (SHARE_FULL - ceil) / SHARE_CREEP) end
 redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1 + pad)
+-- The TTL may be shorter now than the one throttle_reserve.lua last set:
+-- its next booking sets it again.
+redis.call('HDEL', key, 'e')
 return {p - now, p, sh, stepped}

@@ -15,7 +15,11 @@
 -- never drifts its pace.
 -- KEYS[1]  the bucket's hash: a, f as above; p = paused until (µs); s, c,
 --          t = the share, its ceiling (basis points) and the time (µs)
---          of the last slow-down; a1, f1, a2, f2, ... the further buckets
+--          of the last slow-down; e = the time (µs) the key's TTL
+--          reaches, as this script last set it; a1, f1, a2, f2, ... the
+--          further buckets
+-- The TTL is set half as long again as the booking needs, so that a busy
+-- key renews it once its bookings outgrow that, not with every call.
 -- ARGV     1 rl, 2 pr (the rate in lowest terms: rl units per pr µs),
 --          3 burst, 4 cost n, 5 max wait (µs), 6 "1" to reserve, "0" to
 --          peek, 7 now in µs or "" for the server's TIME (tests only);
@@ -39,7 +43,7 @@ for i = 8, #ARGV, 4 do
               n = tonumber(ARGV[i + 3]), fa = 'a' .. k, ff = 'f' .. k}
 end
 
-local fields = {'p', 's', 'c', 't'}
+local fields = {'p', 's', 'c', 't', 'e'}
 for _, x in ipairs(b) do
   fields[#fields + 1] = x.fa
   fields[#fields + 1] = x.ff
@@ -56,10 +60,10 @@ local sh, ceil = share(st[2], st[3], st[4], now)
 local delay = 0
 for i, x in ipairs(b) do
   x.at, x.frac = now, 0
-  local a = st[3 + 2 * i]
+  local a = st[4 + 2 * i]
   if a then
     a = tonumber(a)
-    if a >= now then x.at, x.frac = a, tonumber(st[4 + 2 * i]) end
+    if a >= now then x.at, x.frac = a, tonumber(st[5 + 2 * i]) end
   end
   x.pr = paced(x.pr, sh)
   -- the new TAT - now, in 1/rl µs
@@ -104,8 +108,14 @@ for _, x in ipairs(b) do
   if x.frac > 0 then l = l + 1 end
   if l > life then life = l end
 end
-redis.call('HSET', key, unpack(set))
 -- What was learned lives until the ceiling is back at the whole rate.
 if ceil < SHARE_FULL then life = math.max(life, (SHARE_FULL - ceil) / SHARE_CREEP) end
-redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1 + pad)
+if not st[5] or tonumber(st[5]) < now + life then
+  life = math.ceil(life * 1.5)
+  set[#set + 1], set[#set + 2] = 'e', int(now + life)
+  redis.call('HSET', key, unpack(set))
+  redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1 + pad)
+else
+  redis.call('HSET', key, unpack(set))
+end
 return reply(1, 0, true)

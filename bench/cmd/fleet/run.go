@@ -356,6 +356,11 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	f := measure("sluice", arr, begin, end, float64(c.api.rate))
 	d := after.Sub(before)
 	f.redis = &d
+	if e.o.verbose {
+		for name, st := range d.Commands {
+			e.logf("%s: redis %s: %d calls", c.name, name, st.Calls)
+		}
+	}
 	f.notes = notes
 	return &f, nil
 }
