@@ -93,7 +93,7 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if ti.ID != "sluice:"+job.ScopedID()+"@"+job.Nonce+":0" || !strings.Contains(ti.ID, "/"+job.ID+"@") || len(job.Nonce) != 16 {
+					if ti.ID != "sluice:"+job.ScopedID()+"@"+job.nonce+":0" || !strings.Contains(ti.ID, "/"+job.ID+"@") || len(job.nonce) != 16 {
 						t.Errorf("job %s: task id %q", job.ID, ti.ID)
 					}
 					if ti.Type != j.job.Type || ti.Queue != cfg.Queue || ti.State != asynq.TaskStatePending {

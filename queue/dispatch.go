@@ -177,7 +177,7 @@ const undecodableType = "sluice.undecodable"
 // it and asynq archives it, where asynqmon shows it.
 func (s *Server) handOverUndecodable(ctx context.Context, enc, text string) error {
 	k := s.keys
-	j := Job{ID: "undecodable-" + randomHex(8), Nonce: randomHex(8)}
+	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
 	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), s.cfg.Queue, 0, int64(j.timeout()/time.Second))
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
 		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},

@@ -59,10 +59,10 @@ func sampleJobs(n int) []Job {
 			r.Read(payload)
 		}
 		jobs[i] = Job{
-			ID: fmt.Sprintf("job-%d", r.Int63()), Nonce: pick(fmt.Sprintf("%016x", r.Uint64())),
+			ID: fmt.Sprintf("job-%d", r.Int63()), nonce: pick(fmt.Sprintf("%016x", r.Uint64())),
 			Tenant: "tenant {" + strings.Repeat("x", r.Intn(40)) + "}: !#$%'()*+,-./;=?@[]^_`|~", Type: "sluice.http",
 			Payload: payload, Downstream: pick("api-1"), Cost: num(), MaxRetry: int(num()), Timeout: time.Duration(num()),
-			EnqueuedAt: time.Unix(r.Int63n(4e9), r.Int63n(1e9)).UTC(), Retried: int(num()), Moves: int(num()), Class: pick("gold"),
+			enqueuedAt: time.Unix(r.Int63n(4e9), r.Int63n(1e9)).UTC(), retried: int(num()), moves: int(num()), class: pick("gold"),
 		}
 	}
 	return jobs

@@ -35,9 +35,9 @@ import (
 // the result gives the same job and the same text again (the dispatcher
 // and the worker re-encode envelopes when they put a job back).
 func FuzzDecodeJob(f *testing.F) {
-	good := Job{ID: "j1", Nonce: "0123456789abcdef", Tenant: "acme", Type: "sluice.http", Payload: []byte(`{"url":"https://x/"}`),
-		Downstream: "api", Cost: 2, MaxRetry: 3, Timeout: time.Second, EnqueuedAt: time.Unix(1700000000, 123).UTC(),
-		Retried: 1, Moves: 2, Class: "gold"}
+	good := Job{ID: "j1", nonce: "0123456789abcdef", Tenant: "acme", Type: "sluice.http", Payload: []byte(`{"url":"https://x/"}`),
+		Downstream: "api", Cost: 2, MaxRetry: 3, Timeout: time.Second, enqueuedAt: time.Unix(1700000000, 123).UTC(),
+		retried: 1, moves: 2, class: "gold"}
 	env, _ := good.encode()
 	for _, s := range []string{
 		env,
@@ -79,11 +79,11 @@ func FuzzDecodeJob(f *testing.F) {
 		if err != nil || enc2 != enc1 {
 			t.Fatalf("envelope not stable:\n%s\n%s (%v)", enc1, enc2, err)
 		}
-		if !j.EnqueuedAt.Equal(j2.EnqueuedAt) {
-			t.Fatalf("enqueued_at %v became %v", j.EnqueuedAt, j2.EnqueuedAt)
+		if !j.enqueuedAt.Equal(j2.enqueuedAt) {
+			t.Fatalf("enqueued_at %v became %v", j.enqueuedAt, j2.enqueuedAt)
 		}
 		a, b := *j, *j2
-		a.EnqueuedAt, b.EnqueuedAt = time.Time{}, time.Time{}
+		a.enqueuedAt, b.enqueuedAt = time.Time{}, time.Time{}
 		if len(a.Payload) == 0 {
 			a.Payload = nil
 		}
@@ -314,13 +314,13 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 	if err != nil {
 		t.Fatalf("stored entry %q: %v", it, err)
 	}
-	if len(j.Nonce) != 16 || strings.Trim(j.Nonce, "0123456789abcdef") != "" {
-		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.Nonce)
+	if len(j.nonce) != 16 || strings.Trim(j.nonce, "0123456789abcdef") != "" {
+		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.nonce)
 	}
-	want := Job{ID: resp.ID, Nonce: j.Nonce, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
-		Class: "default", EnqueuedAt: j.EnqueuedAt}
+	want := Job{ID: resp.ID, nonce: j.nonce, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
+		class: "default", enqueuedAt: j.enqueuedAt}
 	if req.Tenant == "limited" {
-		want.Class = "limited"
+		want.class = "limited"
 	}
 	if len(req.Payload) > 0 {
 		want.Payload = []byte(req.Payload)
@@ -732,13 +732,13 @@ func TestNonUTF8TenantIsRefused(t *testing.T) {
 // FuzzDecodeItem: decodeItem never panics on any entry, and the entry
 // Job.item writes decodes to the job it was written from.
 func FuzzDecodeItem(f *testing.F) {
-	good := Job{ID: "a", Nonce: "00ff00ff00ff00ff", Tenant: "t", Type: "x", Payload: []byte("p"), Class: "gold"}
+	good := Job{ID: "a", nonce: "00ff00ff00ff00ff", Tenant: "t", Type: "x", Payload: []byte("p"), class: "gold"}
 	it, err := good.item("q")
 	if err != nil {
 		f.Fatal(err)
 	}
 	plain := good
-	plain.Class = "default"
+	plain.class = "default"
 	msg, err := plain.item("q")
 	if err != nil {
 		f.Fatal(err)
@@ -756,7 +756,7 @@ func FuzzDecodeItem(f *testing.F) {
 			entry string
 			class string
 		}{{it, "gold"}, {msg, "default"}} {
-			if entry == c.entry && (err != nil || j.ID != "a" || string(j.Payload) != "p" || j.Class != c.class) {
+			if entry == c.entry && (err != nil || j.ID != "a" || string(j.Payload) != "p" || j.class != c.class) {
 				t.Fatalf("the item of a %s job decodes to %+v, %v", c.class, j, err)
 			}
 		}

@@ -31,8 +31,8 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 	jobs := []Job{
 		{ID: "defaults", Tenant: "a", Type: "x"},
 		{ID: "no-retry", Tenant: "a", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)},
-		{ID: "retried", Tenant: "tenant with spaces", Type: "y", MaxRetry: 3, Retried: 5, Moves: 2},
-		{ID: "part-retried", Tenant: "a", Type: "y", MaxRetry: 10, Retried: 4, Moves: 130},
+		{ID: "retried", Tenant: "tenant with spaces", Type: "y", MaxRetry: 3, retried: 5, moves: 2},
+		{ID: "part-retried", Tenant: "a", Type: "y", MaxRetry: 10, retried: 4, moves: 130},
 		{ID: "short", Tenant: "a", Type: "z", Timeout: 500 * time.Millisecond, Payload: bytes.Repeat([]byte("p"), 200)},
 		{ID: "long", Tenant: "a", Type: "z", Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)},
 		{ID: "nine-s", Tenant: "a", Type: "z", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3},
@@ -45,11 +45,11 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 		defer ac.Close()
 		for i, job := range jobs {
 			for _, retention := range []time.Duration{0, time.Hour} {
-				job.Nonce = fmt.Sprintf("%016x", i)
-				job.EnqueuedAt = time.Now().UTC()
-				job.Class = "default"
+				job.nonce = fmt.Sprintf("%016x", i)
+				job.enqueuedAt = time.Now().UTC()
+				job.class = "default"
 				if i%2 == 1 {
-					job.Class = "gold"
+					job.class = "gold"
 				}
 				env, err := job.encode()
 				if err != nil {
@@ -73,11 +73,11 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 				if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
 					t.Errorf("job %s: task hash %v", job.ID, ours)
 				}
-				if got, err := decodeItem(item); err != nil || got.ID != job.ID || got.Moves != job.Moves || !bytes.Equal(got.Payload, job.Payload) {
+				if got, err := decodeItem(item); err != nil || got.ID != job.ID || got.moves != job.moves || !bytes.Equal(got.Payload, job.Payload) {
 					t.Errorf("decodeItem(item of %s): %+v, %v", job.ID, got, err)
 				}
 
-				retry := job.maxRetry() - job.Retried
+				retry := job.maxRetry() - job.retried
 				if retry < 0 {
 					retry = 0
 				}

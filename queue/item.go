@@ -90,7 +90,7 @@ func entry(class, typ string, payload []byte, id, queue string, retry, timeout i
 // per waiting job than the bare envelope, most of them the task id,
 // which asynq's message must hold.
 func (j *Job) item(queue string) (string, error) {
-	class := j.class()
+	class := j.Class()
 	if strings.ContainsAny(class, "\t\n") {
 		return "", errors.New("tenant class contains a tab or a newline")
 	}
@@ -98,7 +98,7 @@ func (j *Job) item(queue string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	retry := max(j.maxRetry()-j.Retried, 0)
+	retry := max(j.maxRetry()-j.retried, 0)
 	return entry(class, j.Type, env, j.taskID(), queue, int64(retry), int64(j.timeout()/time.Second)), nil
 }
 

@@ -75,11 +75,6 @@ type Job struct {
 	// Handlers that must not act twice for one ID should use ScopedID as
 	// an idempotency key (the ID alone may be another tenant's too).
 	ID string `json:"id"`
-	// Nonce is set by the queue: random and different for every accepted
-	// enqueue, even of the same ID. With ID it names the job in the
-	// waiting room and its asynq task ids
-	// (sluice:<tenant>/<id>@<nonce>:<moves>; see ScopedID).
-	Nonce string `json:"nonce,omitempty"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,
 	// colons and spaces included), at most MaxTenantLen bytes.
@@ -102,16 +97,31 @@ type Job struct {
 	// keeps it in whole seconds: it is rounded up to the next second.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
-	// Set by the queue:
+	// Set by the queue (see the methods EnqueuedAt, Retried and Class):
+	// nonce is random and different for every accepted enqueue, even of
+	// the same ID; with ID it names the job in the waiting room and its
+	// asynq task ids (sluice:<scoped id>@<nonce>:<moves>). moves counts
+	// hand-overs to asynq.
+	nonce      string
+	enqueuedAt time.Time
+	retried    int
+	moves      int
+	class      string
+}
 
-	// EnqueuedAt is when the Producer accepted the job.
-	EnqueuedAt time.Time `json:"enqueued_at"`
-	// Retried counts failed runs so far.
-	Retried int `json:"retried,omitempty"`
-	// Moves counts hand-overs to asynq; part of the asynq task id.
-	Moves int `json:"moves,omitempty"`
-	// Class is the tenant's metrics class at enqueue ("default" if none).
-	Class string `json:"class,omitempty"`
+// EnqueuedAt is when the Producer accepted the job.
+func (j *Job) EnqueuedAt() time.Time { return j.enqueuedAt }
+
+// Retried counts the job's failed runs so far.
+func (j *Job) Retried() int { return j.retried }
+
+// Class is the job's metrics class: its tenant's at enqueue, "default" if
+// none.
+func (j *Job) Class() string {
+	if j.class == "" {
+		return defaultClass
+	}
+	return j.class
 }
 
 // Errors. Errors with details wrap these; test with errors.Is.
@@ -236,14 +246,6 @@ func (j *Job) maxRetry() int {
 // hash (readStats derives it from the depth).
 const defaultClass = "default"
 
-// class is the job's metrics class as the queue's counts record it.
-func (j *Job) class() string {
-	if j.Class == "" {
-		return defaultClass
-	}
-	return j.Class
-}
-
 // timeout is the job's timeout as its asynq task holds it.
 func (j *Job) timeout() time.Duration {
 	return time.Duration(j.timeoutSeconds()) * time.Second
@@ -267,7 +269,7 @@ func (j *Job) timeoutSeconds() int64 {
 // key names this enqueue of the job (in its asynq task ids):
 // <scoped id>@<nonce>, '@' being no character of either.
 func (j *Job) key() string {
-	return j.ScopedID() + "@" + j.Nonce
+	return j.ScopedID() + "@" + j.nonce
 }
 
 // ScopedID is the job's id within its tenant, as the waiting room's
@@ -290,12 +292,25 @@ func (j *Job) ScopedID() string {
 // taskID is the asynq task id of the job's current hand-over: no other
 // hand-over, even of a job of the same ID, shares it.
 func (j *Job) taskID() string {
-	return "sluice:" + j.key() + ":" + strconv.Itoa(j.Moves)
+	return "sluice:" + j.key() + ":" + strconv.Itoa(j.moves)
 }
 
-// envelope writes the job's envelope: JSON of the Job. It travels as the
-// asynq task's payload, inside the job's waiting-room entry (item).
-func (j *Job) envelope() ([]byte, error) { return json.Marshal(j) }
+// envelope is a job as its asynq task's payload carries it, inside the
+// job's waiting-room entry (item): JSON of the fields a producer sets and
+// of those the queue sets.
+type envelope struct {
+	*Job
+	Nonce      string    `json:"nonce,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	Retried    int       `json:"retried,omitempty"`
+	Moves      int       `json:"moves,omitempty"`
+	Class      string    `json:"class,omitempty"`
+}
+
+// envelope writes the job's envelope.
+func (j *Job) envelope() ([]byte, error) {
+	return json.Marshal(envelope{Job: j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Class: j.class})
+}
 
 // encode is envelope as a string.
 func (j *Job) encode() (string, error) {
@@ -305,10 +320,15 @@ func (j *Job) encode() (string, error) {
 
 // decodeJob decodes an envelope.
 func decodeJob(s []byte) (*Job, error) {
-	var j Job
-	if err := json.Unmarshal(s, &j); err != nil {
+	var e envelope
+	if err := json.Unmarshal(s, &e); err != nil {
 		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
+	if e.Job == nil {
+		e.Job = &Job{}
+	}
+	j := *e.Job
+	j.nonce, j.enqueuedAt, j.retried, j.moves, j.class = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Class
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
 	}

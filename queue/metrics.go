@@ -66,7 +66,7 @@ func (m *Metrics) handedOver(n int) {
 func (m *Metrics) started(j *Job) {
 	if m != nil {
 		m.starts.Inc()
-		m.waitStart.WithLabelValues(class(j)).Observe(time.Since(j.EnqueuedAt).Seconds())
+		m.waitStart.WithLabelValues(j.Class()).Observe(time.Since(j.enqueuedAt).Seconds())
 	}
 }
 
@@ -82,16 +82,9 @@ func (m *Metrics) slept(downstream string) {
 	}
 }
 
-func class(j *Job) string {
-	if j.Class == "" {
-		return "default"
-	}
-	return j.Class
-}
-
 func (m *Metrics) putBackFor(j *Job, d time.Duration) {
 	if m != nil {
-		m.putBackS.WithLabelValues(class(j)).Add(d.Seconds())
+		m.putBackS.WithLabelValues(j.Class()).Add(d.Seconds())
 	}
 }
 

@@ -176,16 +176,16 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if job.ID == "" {
 		job.ID = newID()
 	}
-	job.Nonce = randomHex(8)
-	job.EnqueuedAt = time.Now().UTC()
+	job.nonce = randomHex(8)
+	job.enqueuedAt = time.Now().UTC()
 	if p.cfg.Clock != nil {
-		job.EnqueuedAt = p.cfg.Clock().UTC()
+		job.enqueuedAt = p.cfg.Clock().UTC()
 	}
-	job.Retried, job.Moves = 0, 0
+	job.retried, job.moves = 0, 0
 	tp := p.cfg.Tenants(job.Tenant)
-	job.Class = tp.Class
-	if job.Class == "" {
-		job.Class = defaultClass
+	job.class = tp.Class
+	if job.class == "" {
+		job.class = defaultClass
 	}
 	weight := tp.Weight
 	if weight <= 0 {
@@ -227,8 +227,8 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	k := p.keys
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
 	class := ""
-	if job.Class != defaultClass {
-		class = job.Class
+	if job.class != defaultClass {
+		class = job.class
 	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},

@@ -234,7 +234,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	job.Retried += n
+	job.retried += n
 	enc, _, err := s.keys.tenant(job.Tenant)
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
@@ -347,7 +347,7 @@ func (s *Server) left() {
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
-	job.Moves++
+	job.moves++
 	item, err := job.item(s.cfg.Queue)
 	if err != nil {
 		return err
@@ -356,7 +356,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.class(), job.ScopedID(), sleepText(job.Tenant, reason)).Err(); err != nil {
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason)).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
