@@ -43,7 +43,14 @@ func TestResponseCodeLabelsAreBounded(t *testing.T) {
 	}
 	// Through a Transport, as the worker counts them.
 	reg := prometheus.NewRegistry()
-	tr := &Transport{Throttle: newThrottle(t), Limit: throttle.Limit{Name: "api", Rate: 1000}, Metrics: NewMetrics(reg),
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering the metrics twice: no error")
+	}
+	tr := &Transport{Throttle: newThrottle(t), Limit: throttle.Limit{Name: "api", Rate: 1000}, Metrics: m,
 		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			code := r.Context().Value(statusKey{}).(int)
 			if code == 0 {

@@ -3,6 +3,7 @@ package downstream
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/internal/promreg"
 	"io"
 	"net/http"
 	"strconv"
@@ -178,16 +179,17 @@ type Metrics struct {
 // status for those people alert on (see codeLabel), its class ("2xx",
 // "3xx", "4xx", "5xx") for the others, "other" for a status outside
 // 200-599, or "error" for a request that got no response. A downstream
-// can therefore add at most 21 series, whatever it answers.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// can therefore add at most 21 series, whatever it answers. It returns an
+// error when reg already holds a metric of that name.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_downstream_responses_total",
 		Help: "Responses from downstream APIs by status code (\"error\": no response).",
 	}, []string{"downstream", "code"})}
-	if reg != nil {
-		reg.MustRegister(m.responses)
+	if err := promreg.Register(reg, m.responses); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 func (m *Metrics) observe(name, code string) {

@@ -37,7 +37,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	ctx := context.Background()
 	client := redistest.Shared(b)
 	cfg := Config{Queue: "bench-claim", Bound: 1 << 40}
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func BenchmarkEnqueueScript(b *testing.B) {
 	client := redistest.Shared(b)
 	pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
 	cfg := Config{Queue: "bench-enqueue", Bound: 1 << 40, Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestDuplicateIDRefused(t *testing.T) {
 			}
 			return TenantPolicy{}
 		}
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestDuplicateIDConcurrentProducers(t *testing.T) {
 		const ids, senders = 20, 8
 		producers := make([]*Producer, senders)
 		for i := range producers {
-			p, err := NewProducer(client, cfg)
+			p, err := NewProducer(client, &cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 100)
 		cfg.TenantBound = 10
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		cfg := testConfig(t, 100)
 		clock := &fakeClock{}
 		cfg.Clock = clock.now
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -496,7 +496,7 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 			t.Fatalf("ids hash %v, %v; want only mine, once (chosen ids %q not recorded)", ids, err, chosen)
 		}
 		wantDuplicate(t, func() error { _, err := p.Enqueue(ctx, Job{ID: "mine", Tenant: "a", Type: "x"}); return err }(), cfg, "mine")
-		s, err := NewServer(client, ServerConfig{Config: cfg})
+		s, err := NewServer(client, &ServerConfig{Config: cfg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func ExampleProducer_Enqueue() {
 
 	perMinute := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Minute}
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	p, err := queue.NewProducer(rdb, queue.Config{
+	p, err := queue.NewProducer(rdb, &queue.Config{
 		Queue: "emails",
 		Bound: 3,
 		Tenants: func(tenant string) queue.TenantPolicy {
@@ -85,7 +85,7 @@ func ExampleDuplicateJobError() {
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	p, err := queue.NewProducer(rdb, queue.Config{Queue: "invoices", Bound: 100})
+	p, err := queue.NewProducer(rdb, &queue.Config{Queue: "invoices", Bound: 100})
 	if err != nil {
 		panic(err)
 	}
@@ -180,7 +180,7 @@ func ExampleHTTPHandler() {
 
 	perMinute := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Minute}
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	p, err := queue.NewProducer(rdb, queue.Config{
+	p, err := queue.NewProducer(rdb, &queue.Config{
 		Bound:   100,
 		Tenants: func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &perMinute} },
 		Clock:   func() time.Time { return now },

@@ -47,7 +47,7 @@ func fill(t *testing.T, p *Producer, tenant string, n int, downstream string) {
 func TestFairnessBigBacklog(t *testing.T) {
 	client := redistest.Shared(t)
 	cfg := testConfig(t, 200_000)
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 	client := srv.Client(t)
 	ctx := context.Background()
 	cfg := testConfig(t, 10_000)
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 	lim := throttle.Limit{Name: "api", Rate: 10, MaxWait: time.Second}
 	ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim, PerTenant: true}, name == "api" }
 	scfg := ServerConfig{Config: cfg, Concurrency: 4, Prefetch: 1000, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}
-	d, err := NewServer(client, scfg)
+	d, err := NewServer(client, &scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s, err := NewServer(client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1000})
+		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -129,7 +129,7 @@ func newFuzzRoom(tb testing.TB) *fuzzRoom {
 		}
 		return TenantPolicy{}
 	}}
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func newFuzzRoom(tb testing.TB) *fuzzRoom {
 			return nil, errors.New("redis unreachable (test)")
 		}})
 	tb.Cleanup(func() { dead.Close() })
-	deadP, err := NewProducer(dead, cfg)
+	deadP, err := NewProducer(dead, &cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 			pol := algorithms.Policy{Algorithm: algorithms.SlidingWindowCounter, Limit: 1000, Period: time.Minute}
 			cfg := Config{Queue: hostileQueue("hostile"), Bound: 10000, TenantBound: 100,
 				Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
-			p, err := NewProducer(client, cfg)
+			p, err := NewProducer(client, &cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -492,7 +492,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 			got := map[string]int{}
 			done := make(chan struct{})
 			ran := 0
-			s, err := NewServer(client, ServerConfig{Config: cfg, Concurrency: 8, PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+			s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 8, PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 				Retention: time.Second})
 			if err != nil {
 				t.Fatal(err)
@@ -598,7 +598,7 @@ func TestOversizedInputRefused(t *testing.T) {
 					}
 					return TenantPolicy{Admission: &pol}
 				}}
-			p, err := NewProducer(client, cfg)
+			p, err := NewProducer(client, &cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -713,7 +713,7 @@ func TestNonUTF8TenantIsRefused(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
 	cfg := Config{Queue: "utf8", Bound: 10, TenantBound: 1}
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -781,7 +781,7 @@ func TestScriptRefusalsChangeNothing(t *testing.T) {
 					}
 					return TenantPolicy{}
 				}}
-			p, err := NewProducer(client, cfg)
+			p, err := NewProducer(client, &cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

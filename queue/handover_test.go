@@ -108,7 +108,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 func testProducer(t *testing.T, client redis.UniversalClient, bound int64) (Config, *Producer) {
 	t.Helper()
 	cfg := testConfig(t, bound)
-	p, err := NewProducer(client, cfg)
+	p, err := NewProducer(client, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 			t.Fatal(err)
 		}
 	}
-	s, err := NewServer(client, ServerConfig{Config: cfg})
+	s, err := NewServer(client, &ServerConfig{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestClaimsHandOverBatches(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		const n = 600
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,10 @@ func TestClaimsHandOverBatches(t *testing.T) {
 		hook := &claimHook{}
 		client.AddHook(hook)
 		reg := prometheus.NewRegistry()
-		m := NewMetrics(reg, cfg.Queue)
+		m, err := NewMetrics(reg, cfg.Queue)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rec := newRecorder()
 		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 10, Metrics: m}, rec)
 		waitFor(t, 30*time.Second, "600 jobs to run", func() bool { return rec.count() >= n })
@@ -258,7 +261,7 @@ func TestStartHandsFirstBatchOver(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		const n = 50
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,7 +30,7 @@ func TestHostileTenantSlowsNobody(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig(t, 10_000)
 		cfg.MaxPayload = 4096
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,7 +20,7 @@ func TestHTTPEndpoint(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
 	pol := algorithms.Policy{Algorithm: algorithms.SlidingWindowLog, Limit: 2, Period: time.Minute}
-	p, err := NewProducer(client, Config{Bound: 3, MaxPayload: 64, Tenants: func(tenant string) TenantPolicy {
+	p, err := NewProducer(client, &Config{Bound: 3, MaxPayload: 64, Tenants: func(tenant string) TenantPolicy {
 		if tenant == "limited" {
 			return TenantPolicy{Admission: &pol}
 		}
@@ -103,7 +103,7 @@ func TestHTTPEndpointWantsJSON(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
-	p, err := NewProducer(client, Config{Bound: 100})
+	p, err := NewProducer(client, &Config{Bound: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

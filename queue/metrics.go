@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"github.com/sluicehq/sluice/internal/promreg"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,9 @@ type Metrics struct {
 //
 // class is the tenant's metrics class from its policy ("default" when it
 // has none): tenants are never labels.
-func NewMetrics(reg prometheus.Registerer, queue string) *Metrics {
+//
+// It returns an error when reg already holds the queue's metrics.
+func NewMetrics(reg prometheus.Registerer, queue string) (*Metrics, error) {
 	l := prometheus.Labels{"queue": queue}
 	m := &Metrics{
 		handed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_queue_handed_over_total",
@@ -51,10 +54,10 @@ func NewMetrics(reg prometheus.Registerer, queue string) *Metrics {
 		sleeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_tenant_sleeps_total",
 			Help: "Tenants skipped before dequeue because their throttle had no slot soon.", ConstLabels: l}, []string{"downstream"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackS)
+	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackS); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 func (m *Metrics) handedOver(n int) {

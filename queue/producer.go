@@ -108,10 +108,14 @@ type Producer struct {
 	args   sync.Map // algorithms.Policy -> [5]string
 }
 
-// NewProducer returns a Producer on client for cfg.
-func NewProducer(client redis.UniversalClient, cfg Config) (*Producer, error) {
+// NewProducer returns a Producer on client for *opts (nil: the defaults).
+func NewProducer(client redis.UniversalClient, opts *Config) (*Producer, error) {
 	if client == nil {
 		return nil, errors.New("sluice: queue.NewProducer: nil client")
+	}
+	var cfg Config
+	if opts != nil {
+		cfg = *opts
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err

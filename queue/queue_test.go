@@ -41,7 +41,7 @@ func testConfig(t *testing.T, bound int64) Config {
 func TestBoundIsExact(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestAdmissionAndTenantBound(t *testing.T) {
 			}
 			return TenantPolicy{}
 		}
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestBadJobsChangeNothing(t *testing.T) {
 		cfg.MaxPayload = 100
 		pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 5, Period: time.Second}
 		cfg.Tenants = func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func startServer(t *testing.T, client redis.UniversalClient, cfg ServerConfig, h
 	t.Helper()
 	cfg.PollInterval = 10 * time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
-	s, err := NewServer(client, cfg)
+	s, err := NewServer(client, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func startServer(t *testing.T, client redis.UniversalClient, cfg ServerConfig, h
 func TestEndToEnd(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestEndToEnd(t *testing.T) {
 func TestThrottledJobsSpendNoRetry(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

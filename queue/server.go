@@ -93,10 +93,14 @@ type Server struct {
 // unreachable, shutting down): asynq retries without counting a failure.
 var errNotFailure = errors.New("sluice: not a failure")
 
-// NewServer returns a Server on client.
-func NewServer(client redis.UniversalClient, cfg ServerConfig) (*Server, error) {
+// NewServer returns a Server on client for *opts (nil: the defaults).
+func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error) {
 	if client == nil {
 		return nil, errors.New("sluice: queue.NewServer: nil client")
+	}
+	var cfg ServerConfig
+	if opts != nil {
+		cfg = *opts
 	}
 	if cfg.Bound == 0 {
 		cfg.Bound = 1 // the bound is the producers' business; the server does not check it

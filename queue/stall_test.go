@@ -24,7 +24,7 @@ import (
 func TestConcurrencyCapDoesNotStall(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestConcurrencyCapDoesNotStall(t *testing.T) {
 func TestPoisonJobArchivedOthersFlow(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestCheckRefusesAtEnqueue(t *testing.T) {
 			}
 			return nil
 		}
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		const n = 300
 		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 func TestSleepersSayWhy(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, cfg)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"github.com/sluicehq/sluice/internal/promreg"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +28,9 @@ type Metrics struct {
 //	sluice_throttle_concurrency_in_use{throttle}         leased slots at the last acquire
 //	sluice_throttle_rate{throttle}                       the fleet's adaptive pace now, units a second
 //	sluice_throttle_slowdowns_total{throttle}            steps down of the pace set by this process
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+//
+// It returns an error when reg already holds metrics of those names.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttle_reservations_total",
@@ -55,10 +58,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Steps down of the fleet's pace set by this process after the downstream refused a call.",
 		}, []string{"throttle"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.reservations, m.wait, m.pauses, m.leased, m.rate, m.slowdowns)
+	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.rate, m.slowdowns); err != nil {
+		return nil, err
 	}
-	return m
+	return m, nil
 }
 
 func (m *Metrics) reserved(name string, r Reservation, local bool) {

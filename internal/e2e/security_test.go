@@ -747,7 +747,7 @@ func TestSecurityRedisTLS(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: addr, Password: pass, TLSConfig: tlsConf()})
 		defer c.Close()
 		cfg := queue.Config{Queue: "tls-lib", Bound: 1000}
-		p, err := queue.NewProducer(c, cfg)
+		p, err := queue.NewProducer(c, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -763,7 +763,7 @@ func TestSecurityRedisTLS(t *testing.T) {
 		var mu sync.Mutex
 		ran := map[string]int{}
 		all := make(chan struct{})
-		s, err := queue.NewServer(c, queue.ServerConfig{Config: cfg, Concurrency: 4, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
+		s, err := queue.NewServer(c, &queue.ServerConfig{Config: cfg, Concurrency: 4, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -136,7 +136,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitUsage
 	}
 	defer client.Close()
-	p, err := queue.NewProducer(client, cfg.QueueConfig())
+	qc := cfg.QueueConfig()
+	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)
 		return ExitUsage

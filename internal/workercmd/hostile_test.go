@@ -107,7 +107,7 @@ func TestWorkerArchivesUnsendableJobs(t *testing.T) {
 	qc.Check = nil // as a producer that skips the policy's check
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer client.Close()
-	p, err := queue.NewProducer(client, qc)
+	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,16 +158,26 @@ type worker struct {
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
 	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var err error
-	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.fallback, Metrics: throttle.NewMetrics(reg), Logger: log, Subscribe: true})
+	thMetrics, err := throttle.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	dsMetrics, err := downstream.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	qMetrics, err := queue.NewMetrics(reg, cfg.Queue.Name)
+	if err != nil {
+		return nil, err
+	}
+	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.fallback, Metrics: thMetrics, Logger: log, Subscribe: true})
 	if err != nil {
 		return nil, err
 	}
 	qc := cfg.QueueConfig()
-	if w.producer, err = queue.NewProducer(client, qc); err != nil {
+	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
 		return nil, err
 	}
-	dsMetrics := downstream.NewMetrics(reg)
 	downstreams := func(name string) (queue.Downstream, bool) {
 		d, ok := cfg.Downstreams[name]
 		if !ok {
@@ -175,7 +185,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 		}
 		return queue.Downstream{Limit: d.Limit, Concurrency: d.Concurrency, PerTenant: d.PerTenant}, true
 	}
-	w.server, err = queue.NewServer(client, queue.ServerConfig{
+	w.server, err = queue.NewServer(client, &queue.ServerConfig{
 		Config:          qc,
 		Concurrency:     o.concurrency,
 		Prefetch:        cfg.Queue.Prefetch,
@@ -184,7 +194,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 		ShutdownTimeout: o.shutdown,
 		Retention:       cfg.Queue.Retention,
 		Logger:          log,
-		Metrics:         queue.NewMetrics(reg, cfg.Queue.Name),
+		Metrics:         qMetrics,
 	})
 	if err != nil {
 		return nil, err

@@ -262,7 +262,7 @@ func asynqEnqueue(ctx context.Context, c *redis.Client, n int) error {
 
 func newProducer(c *redis.Client) (*queue.Producer, error) {
 	pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
-	return queue.NewProducer(c, queue.Config{Queue: queueName, Bound: 1 << 40,
+	return queue.NewProducer(c, &queue.Config{Queue: queueName, Bound: 1 << 40,
 		Tenants: func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &pol} }})
 }
 

@@ -135,7 +135,7 @@ func newSluice(producers, worker redis.UniversalClient, bound int64, admission *
 		pol := *admission
 		cfg.Tenants = func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &pol} }
 	}
-	p, err := queue.NewProducer(producers, cfg)
+	p, err := queue.NewProducer(producers, &cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (s *sluiceSys) enqueue(ctx context.Context, _ int, tenant string, payload [
 }
 
 func (s *sluiceSys) start(started func(int)) error {
-	srv, err := queue.NewServer(s.rc, s.cfg)
+	srv, err := queue.NewServer(s.rc, &s.cfg)
 	if err != nil {
 		return err
 	}
