@@ -1,20 +1,17 @@
 package downstream
 
-// This file reads what a downstream API says about the caller's rate limit:
-// the status code, Retry-After (RFC 9110, section 10.2.3), the IETF
-// RateLimit fields (draft-ietf-httpapi-ratelimit-headers, in all three
-// shapes it has had) and the vendor families that predate them. Every parser
-// here is total: a malformed value is ignored, never an error, because a
-// downstream's bad header must not break a worker.
-//
-// Structured fields are read by github.com/dunglas/httpsfv, a maintained
-// and complete RFC 9651 parser, and durations by time.ParseDuration; the
-// code here only maps what they read onto quotas.
+// What a response says about the caller's rate limit: the status,
+// Retry-After (RFC 9110), the IETF RateLimit fields
+// (draft-ietf-httpapi-ratelimit-headers) and the vendor families before
+// them. Nothing here fails: a bad header must not break a worker, so a
+// malformed value is ignored. Structured fields are read by httpsfv, dates
+// by http.ParseTime, durations by time.ParseDuration.
 
 import (
+	"maps"
 	"math"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,121 +19,66 @@ import (
 	"github.com/dunglas/httpsfv"
 )
 
-// MaxStatedDuration bounds every duration parsed from a header: a larger
-// value (a Retry-After of a billion seconds, an epoch in the year 30000, a
-// window that overflows int64) reads as MaxStatedDuration. 31 days keeps a
-// daily, weekly or monthly quota's window and reset intact while leaving
-// all arithmetic on the result far from overflow; pauses are capped much
-// lower by PauseFor's maxPause.
+// MaxStatedDuration bounds every duration read from a header: a larger one
+// (a Retry-After of a billion seconds, a date in the year 9999) reads as
+// MaxStatedDuration. 31 days keeps a monthly quota's window intact.
 const MaxStatedDuration = 31 * 24 * time.Hour
-
-// durationResolution is the unit that durations are rounded up to when they
-// come from fractional seconds, dates or duration strings: a pause is never
-// shorter than the downstream asked for, and never carries noise below a
-// millisecond.
-const durationResolution = time.Millisecond
 
 // Header families, as reported in Feedback.Source. The set is closed, so
 // Source is safe as a metric label.
 const (
-	// SourceNone: the response said nothing about rate limits.
-	SourceNone = "none"
-	// SourceRetryAfter: only Retry-After spoke.
-	SourceRetryAfter = "retry-after"
-	// SourceRateLimit: the structured RateLimit and RateLimit-Policy
-	// fields, in the list form of draft-08 and later
-	// (RateLimit: "default";r=50;t=30) or the dictionary form of draft-07
-	// (RateLimit: limit=100, remaining=50, reset=30).
-	SourceRateLimit = "ratelimit"
-	// SourceRateLimitLegacy: RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset, the separate fields of drafts 00 to 06 (GitLab,
-	// Kong, Envoy, express-rate-limit and others).
-	SourceRateLimitLegacy = "ratelimit-legacy"
-	// SourceOpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}.
-	SourceOpenAI = "openai"
-	// SourceAnthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
-	// output-tokens}-{limit,remaining,reset}.
-	SourceAnthropic = "anthropic"
-	// SourceXRateLimit: X-RateLimit-Limit, -Remaining, -Used, -Reset and
-	// -Reset-After (GitHub, Discord, Twitter's X-Rate-Limit-* and many
-	// more).
-	SourceXRateLimit = "x-ratelimit"
-	// SourceShopify: X-Shopify-Shop-Api-Call-Limit ("32/40").
-	SourceShopify = "shopify"
+	SourceNone       = "none"        // the response said nothing of its limits
+	SourceRetryAfter = "retry-after" // only Retry-After spoke
+	// RateLimit and RateLimit-Policy: lists ("default";r=50;t=30, draft-08
+	// on) or a dictionary (limit=100, remaining=50, reset=30, draft-07).
+	SourceRateLimit       = "ratelimit"
+	SourceRateLimitLegacy = "ratelimit-legacy" // RateLimit-Limit, -Remaining, -Reset (drafts 00 to 06)
+	SourceOpenAI          = "openai"           // x-ratelimit-{limit,remaining,reset}-{requests,tokens}
+	SourceAnthropic       = "anthropic"        // anthropic-ratelimit-{requests,tokens,...}-{limit,remaining,reset}
+	SourceXRateLimit      = "x-ratelimit"      // X-RateLimit-* (GitHub, Discord) or X-Rate-Limit-* (Twitter)
+	SourceShopify         = "shopify"          // X-Shopify-Shop-Api-Call-Limit: "32/40"
 )
 
 // Feedback is what one HTTP response says about the caller's rate limit.
 type Feedback struct {
 	// Limited reports a response that refused the call for its rate:
 	// status 429; 503 with Retry-After; or 403 with Retry-After or with a
-	// remaining quota of 0, which is how GitHub answers an exhausted
-	// primary or secondary rate limit.
+	// remaining quota of 0, as GitHub answers an exhausted limit.
 	Limited bool
-	// RetryAfter is the wait that Retry-After asks for: delta-seconds, or
-	// an HTTP-date measured from now (a date already past reads as 0).
-	// 0 when absent.
-	RetryAfter time.Duration
-	// HasRetryAfter reports a valid Retry-After, which may be 0.
+	// RetryAfter is the wait that Retry-After asks for (a date already
+	// past reads as 0); HasRetryAfter reports a valid Retry-After.
+	RetryAfter    time.Duration
 	HasRetryAfter bool
-	// Limit is the quota in units per window, when stated; -1 unknown.
-	Limit int64
-	// Remaining is the units left in the current window; -1 unknown.
-	Remaining int64
-	// Reset is the time until the quota resets or the remaining units
-	// refill; 0 unknown (or already reset).
-	Reset time.Duration
-	// Window is the quota's window (RateLimit-Policy w=, or the w= of a
-	// legacy RateLimit-Limit policy), when stated; 0 unknown.
-	Window time.Duration
+	// Limit is the quota in units per window; Remaining the units left in
+	// the current window. -1 when unknown.
+	Limit, Remaining int64
+	// Reset is the time until the quota refills; Window the quota's
+	// window. 0 when unknown.
+	Reset, Window time.Duration
 	// Source is the header family that Limit, Remaining, Reset and Window
 	// came from: one of the Source constants.
 	Source string
 }
 
-// statedQuota is one quota as a downstream states it: a policy of the
-// RateLimit-Policy field, a service limit of the RateLimit field, or one
-// kind (requests, tokens) of an LLM provider's limits.
-type statedQuota struct {
-	// Name is the policy's name (draft-08 and later) or the kind of
-	// units; "" when the field names none.
-	Name string
-	// Limit is the quota (q=, limit=); -1 unknown.
-	Limit int64
-	// Remaining is the quota left (r=, remaining=); -1 unknown.
-	Remaining int64
-	// Reset is the time until the quota resets (t=, reset=); 0 unknown.
-	Reset time.Duration
-	// Window is the quota's window (w=); 0 unknown.
-	Window time.Duration
-}
-
 // ParseFeedback reads a response's status and headers at time now. It
 // never fails: a malformed value is ignored and its field stays unknown.
-// Header names match case-insensitively, so h may be a raw map whose keys
-// are not in canonical form.
+// Header names match case-insensitively.
 //
-// Retry-After is always read. Quota fields come from one family, the first
-// of these that states a remaining quota or a reset: the structured
-// RateLimit fields, the legacy RateLimit-* fields, OpenAI's, Anthropic's,
-// X-RateLimit-* (or X-Rate-Limit-*), Shopify's call limit. When none states
-// either, the first that states a limit or a window is used. Families are
-// never mixed, so Limit, Remaining and Reset always describe one quota.
-//
-// When a family states several quotas (several RateLimit policies, or
-// requests and tokens), the most restrictive is reported: the one with the
-// least remaining, and among those the longest reset. So an exhausted
-// quota always wins, and when several are exhausted the pause lasts until
-// all have refilled. With RateLimit-Policy alone (no RateLimit field), the
-// policy with the lowest rate (q/w) is reported, with Remaining unknown.
+// Quota fields come from one family, the first in the order of the Source
+// constants that states a remaining quota or a reset, else the first that
+// states a limit or a window: families are never mixed. Of several quotas
+// in a family (RateLimit policies, requests and tokens), the most
+// restrictive is reported: the least remaining, then the longest reset.
+// RateLimit-Policy alone reports its lowest rate (q/w).
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	h = canonicalHeader(h)
 	f := Feedback{Limit: -1, Remaining: -1, Source: SourceNone}
-	f.RetryAfter, f.HasRetryAfter = retryAfterField(h[fieldRetryAfter], now)
-	if q, src, ok := quotaFromHeaders(h, now); ok {
-		f.Limit, f.Remaining, f.Reset, f.Window = q.Limit, q.Remaining, q.Reset, q.Window
-		f.Source = src
-	} else if f.HasRetryAfter {
+	f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After"), now, parseRetryAfter)
+	if f.HasRetryAfter {
 		f.Source = SourceRetryAfter
+	}
+	if q, source := statedLimits(h, now); source != "" {
+		f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, source
 	}
 	switch status {
 	case http.StatusTooManyRequests:
@@ -150,17 +92,11 @@ func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 }
 
 // PauseFor returns how long the whole fleet should stop calling after this
-// response:
-//
-//   - a limited response: RetryAfter when it is above 0; else Reset when
-//     Remaining is 0 and Reset is known; else defaultBackoff. A Retry-After
-//     of 0 (or a date already past) on a refusal is treated as no answer,
-//     so that the fleet does not retry in a hot loop;
-//   - any other response: Reset when Remaining is 0 and Reset is known,
-//     since the next call would be refused; else 0.
-//
-// The result is rounded up to a whole millisecond, never negative, and at
-// most maxPause (at most MaxStatedDuration when maxPause <= 0).
+// response: for a limited one, RetryAfter when above 0 (0 would retry in a
+// hot loop), else Reset when Remaining is 0, else defaultBackoff; for any
+// other, Reset when Remaining is 0 (the next call would be refused), else
+// 0. The result is rounded up to a millisecond, and at most maxPause (at
+// most MaxStatedDuration when maxPause <= 0).
 func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration {
 	if maxPause <= 0 || maxPause > MaxStatedDuration {
 		maxPause = MaxStatedDuration
@@ -174,246 +110,210 @@ func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration
 	case f.Limited:
 		d = defaultBackoff
 	}
-	return min(ceilDuration(d, durationResolution), maxPause)
+	return min(ceilDuration(d), maxPause)
 }
 
-// Thresholds of the epoch heuristic of parseReset.
-const (
-	// epochSeconds is 2001-09-09 in Unix seconds. A delta of this many
-	// seconds would be 31 years: no quota window is that long, so a bare
-	// number this large is a Unix time.
-	epochSeconds = 1e9
-	// epochMillis is 2001-09-09 in Unix milliseconds; as seconds it would
-	// be the year 33658.
-	epochMillis = 1e12
-	// epochMillisMax is the year 33658 in Unix milliseconds: beyond it a
-	// value is absurd, and reads as MaxStatedDuration.
-	epochMillisMax = 1e15
-)
-
-// parseRetryAfter reads one Retry-After value at time now: delta-seconds,
-// or an HTTP-date (IMF-fixdate, RFC 850 or asctime; RFC 3339 is accepted
-// too). Delta-seconds may carry a fraction ("2.0", as Shopify sends), which
-// is rounded up to a whole second; signs, exponents and trailing text are
-// malformed. A date yields the time from now until it, rounded up to a
-// millisecond, and 0 with ok=true when it is already past. Values beyond
-// MaxStatedDuration read as MaxStatedDuration.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = trimOWS(v)
-	if whole, frac, ok := number(v); ok {
-		if whole >= uint64(MaxStatedDuration/time.Second) {
-			return MaxStatedDuration, true
-		}
-		d := time.Duration(whole) * time.Second
-		if strings.Trim(frac, "0") != "" {
-			d += time.Second
-		}
-		return d, true
-	}
-	if t, ok := parseHTTPDate(v); ok {
-		return untilTime(t, now), true
-	}
-	return 0, false
+// statedQuota is one quota as a downstream states it: Name is a policy's
+// name or the kind of units; -1 and 0 mean unknown, as in Feedback.
+type statedQuota struct {
+	Name             string
+	Limit, Remaining int64
+	Reset, Window    time.Duration
 }
 
-// parseReset reads one reset value, as sent in X-RateLimit-Reset,
-// X-RateLimit-Reset-After, RateLimit-Reset, OpenAI's x-ratelimit-reset-*
-// or Anthropic's anthropic-ratelimit-*-reset, at time now, and returns the
-// time until the reset. The forms:
-//
-//   - a bare number, which may have a fraction (Discord sends
-//     "1470173023.123" and "64.57"). Below 1e9 it is delta-seconds; from
-//     1e9 (2001-09-09 as Unix seconds; as a delta, 31 years) up to 1e12 it
-//     is Unix time in seconds (GitHub, Discord, GitLab); from 1e12 (the
-//     same instant in milliseconds) it is Unix time in milliseconds;
-//   - a duration string such as "1s", "6m0s", "20ms" (OpenAI), see
-//     parseDuration;
-//   - an HTTP-date or RFC 3339 time (Anthropic).
-//
-// A time already past reads as 0 with ok=true. The result is rounded up to
-// a millisecond and at most MaxStatedDuration.
-func parseReset(v string, now time.Time) (time.Duration, bool) {
-	v = trimOWS(v)
-	whole, _, ok := number(v)
-	switch {
-	case !ok:
-		if d, ok := parseDuration(v); ok {
-			return d, true
-		}
-		if t, ok := parseHTTPDate(v); ok {
-			return untilTime(t, now), true
-		}
-		return 0, false
-	case whole >= epochMillisMax:
-		return MaxStatedDuration, true
-	case whole >= epochMillis:
-		return untilEpoch(v+"ms", now), true
-	case whole >= epochSeconds:
-		return untilEpoch(v+"s", now), true
-	}
-	return parseDuration(v) // delta-seconds below 1e9 always fit
+// families, in order of precedence. Each reads its most restrictive quota,
+// or false when the response has none of its fields in a readable form.
+var families = []struct {
+	source string
+	read   func(h http.Header, now time.Time) (statedQuota, bool)
+}{
+	{SourceRateLimit, structuredQuota},
+	{SourceRateLimitLegacy, fields(fieldSet{limit: "RateLimit-Limit", remaining: "RateLimit-Remaining",
+		reset: []string{"RateLimit-Reset", "RateLimit-ResetTime"}, policyWindow: true})}, // ResetTime: GitLab's date
+	{SourceOpenAI, fields(kind("X-RateLimit-%s-Requests"), kind("X-RateLimit-%s-Tokens"))},
+	{SourceAnthropic, fields(kind("Anthropic-RateLimit-Requests-%s"), kind("Anthropic-RateLimit-Tokens-%s"),
+		kind("Anthropic-RateLimit-Input-Tokens-%s"), kind("Anthropic-RateLimit-Output-Tokens-%s"))},
+	// Reset-After (Discord) is a delta, immune to clock skew: before Reset.
+	{SourceXRateLimit, fields(
+		fieldSet{limit: "X-RateLimit-Limit", remaining: "X-RateLimit-Remaining", used: "X-RateLimit-Used",
+			reset: []string{"X-RateLimit-Reset-After", "X-RateLimit-Reset"}},
+		fieldSet{limit: "X-Rate-Limit-Limit", remaining: "X-Rate-Limit-Remaining", reset: []string{"X-Rate-Limit-Reset"}})},
+	{SourceShopify, shopifyQuota},
 }
 
-// untilEpoch returns the time from now until a Unix time written as a
-// duration since the epoch ("1748779260.5s", "1748779260500ms"). A time
-// beyond the year 2262, which time.Duration cannot hold, reads as
-// MaxStatedDuration.
-func untilEpoch(since string, now time.Time) time.Duration {
-	d, err := time.ParseDuration(since)
-	if err != nil {
-		return MaxStatedDuration
-	}
-	return untilTime(time.Unix(0, 0).Add(d), now)
+// fieldSet names the fields of one quota. Of the reset fields, the first
+// with a readable value counts.
+type fieldSet struct {
+	limit, remaining string
+	used             string // units used, read when remaining is absent (GitHub)
+	reset            []string
+	policyWindow     bool // the window of the RateLimit-Policy with the same limit
 }
 
-// parseDuration reads a duration as OpenAI and Groq send them ("1s",
-// "6m0s", "20ms", "2m59.56s") with time.ParseDuration. Around it, it reads
-// a bare number as seconds ("1.5"), a leading count of days ("1d", "1d2h")
-// and upper-case units, and refuses signs. The result is rounded up to a
-// millisecond and at most MaxStatedDuration; a value that time.Duration
-// cannot hold (over 292 years) is malformed.
-func parseDuration(v string) (time.Duration, bool) {
-	s := strings.ToLower(trimOWS(v))
-	if s == "" || strings.ContainsAny(s, "+-") {
-		return 0, false
-	}
-	if _, _, ok := number(s); ok {
-		s += "s"
-	}
-	var days time.Duration
-	if n, rest, ok := strings.Cut(s, "d"); ok {
-		if _, _, ok := number(n); !ok {
-			return 0, false
-		}
-		d, err := time.ParseDuration(n + "h")
-		if err != nil {
-			return 0, false
-		}
-		days = 24 * min(d, MaxStatedDuration)
-		if s = rest; s == "" {
-			s = "0"
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, false
-	}
-	return ceilDuration(days+min(d, MaxStatedDuration), durationResolution), true
+// kind names the fields of one kind of units by a pattern with %s for
+// Limit, Remaining and Reset.
+func kind(pattern string) fieldSet {
+	f := func(part string) string { return strings.Replace(pattern, "%s", part, 1) }
+	return fieldSet{limit: f("Limit"), remaining: f("Remaining"), reset: []string{f("Reset")}}
 }
 
-// parseCount reads a non-negative quota count: digits, optionally with a
-// fraction, which is dropped (a count is never overstated). Values beyond
-// math.MaxInt64 read as math.MaxInt64.
-func parseCount(v string) (int64, bool) {
-	whole, _, ok := number(trimOWS(v))
+// statedLimits picks the family whose quota ParseFeedback reports: source
+// is "" for none.
+func statedLimits(h http.Header, now time.Time) (q statedQuota, source string) {
+	var fallback statedQuota
+	fallbackSource := ""
+	for _, fam := range families {
+		q, ok := fam.read(h, now)
+		switch {
+		case !ok:
+		case q.Remaining >= 0 || q.Reset > 0:
+			return q, fam.source
+		case fallbackSource == "" && (q.Limit >= 0 || q.Window > 0):
+			fallback, fallbackSource = q, fam.source
+		}
+	}
+	return fallback, fallbackSource
+}
+
+// fields reads a family with a field per count or reset.
+func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
+	return func(h http.Header, now time.Time) (statedQuota, bool) {
+		var qs []statedQuota
+		for _, fs := range sets {
+			q := statedQuota{Remaining: minCount(h.Values(fs.remaining))}
+			q.Limit, q.Window = limitField(h.Values(fs.limit))
+			if used := minCount(h.Values(fs.used)); fs.used != "" && used >= 0 && q.Remaining < 0 && q.Limit >= 0 {
+				q.Remaining = max(q.Limit-used, 0)
+			}
+			hasReset := false
+			for _, r := range fs.reset {
+				if q.Reset, hasReset = longest(h.Values(r), now, parseReset); hasReset {
+					break
+				}
+			}
+			if fs.policyWindow && q.Window == 0 && q.Limit >= 0 {
+				q.Window = matchPolicy(statedQuota{Limit: q.Limit}, parseRateLimitPolicy(h.Values("RateLimit-Policy")...)).Window
+			}
+			if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
+				qs = append(qs, q)
+			}
+		}
+		return pick(qs, tighter)
+	}
+}
+
+// structuredQuota reads RateLimit, completed by the matching policy of
+// RateLimit-Policy; without RateLimit, the policy of the lowest rate.
+func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
+	pol := parseRateLimitPolicy(h.Values("RateLimit-Policy")...)
+	q, ok := pick(parseRateLimit(h.Values("RateLimit")...), tighter)
 	if !ok {
-		return 0, false
+		return pick(pol, slower)
 	}
-	return int64(min(whole, math.MaxInt64)), true
-}
-
-// number splits a decimal number, DIGIT+ ["." DIGIT+], into its integer
-// part (at most math.MaxUint64) and its fraction's digits; ok is false for
-// anything else: signs, exponents, spaces, a dot without digits on both
-// sides.
-func number(s string) (whole uint64, frac string, ok bool) {
-	w, frac, hasDot := strings.Cut(s, ".")
-	if !allDigits(w) || hasDot && !allDigits(frac) {
-		return 0, "", false
-	}
-	whole, _ = strconv.ParseUint(w, 10, 64) // out of range: math.MaxUint64
-	return whole, frac, true
-}
-
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
+	if p := matchPolicy(q, pol); p.Limit >= 0 {
+		q.Window = p.Window
+		if q.Limit < 0 {
+			q.Limit = p.Limit
 		}
 	}
-	return s != ""
+	return q, true
 }
 
-// parseShopifyCallLimit reads X-Shopify-Shop-Api-Call-Limit: "32/40" is 32
-// calls used of a bucket of 40.
-func parseShopifyCallLimit(v string) (used, limit int64, ok bool) {
-	a, b, found := strings.Cut(v, "/")
-	if !found {
-		return 0, 0, false
+func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
+	for _, v := range h.Values("X-Shopify-Shop-Api-Call-Limit") {
+		if used, limit, ok := parseShopifyCallLimit(v); ok {
+			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
+		}
 	}
-	if used, ok = parseCount(a); !ok {
-		return 0, 0, false
-	}
-	if limit, ok = parseCount(b); !ok {
-		return 0, 0, false
-	}
-	return used, limit, true
+	return statedQuota{}, false
 }
 
-// parseRateLimitPolicy reads the values of RateLimit-Policy fields (one per
-// field line; a list may be split across lines). It accepts the draft-08
-// form, "burst";q=100;w=60, "daily";q=1000;w=86400, whose q= is required,
-// and the draft-06/07 form, 100;w=60, whose item is the quota. A window
-// given as window= is read as w=. Policies without a valid quota are
-// skipped, and so are lines that are not RFC 9651 Lists (see sfMembers).
+// pick returns the quota of qs that no other beats; the first on a tie.
+func pick(qs []statedQuota, beats func(a, b statedQuota) bool) (statedQuota, bool) {
+	if len(qs) == 0 {
+		return statedQuota{}, false
+	}
+	best := qs[0]
+	for _, q := range qs[1:] {
+		if beats(q, best) {
+			best = q
+		}
+	}
+	return best, true
+}
+
+// tighter: less remaining (unknown, -1, counts as plenty), then a longer
+// reset.
+func tighter(a, b statedQuota) bool {
+	if ar, br := uint64(a.Remaining), uint64(b.Remaining); ar != br {
+		return ar < br
+	}
+	return a.Reset > b.Reset
+}
+
+// slower: a lower rate; policies with a window before those without, which
+// compare by limit.
+func slower(a, b statedQuota) bool {
+	switch {
+	case (a.Window > 0) != (b.Window > 0):
+		return a.Window > 0
+	case a.Window == 0:
+		return a.Limit < b.Limit
+	}
+	return float64(a.Limit)*float64(b.Window) < float64(b.Limit)*float64(a.Window)
+}
+
+// matchPolicy finds the policy that a RateLimit quota refers to: by name,
+// or for an unnamed one (draft-07) by its limit among the policies with a
+// window. Its Limit is -1 when none matches.
+func matchPolicy(q statedQuota, pol []statedQuota) statedQuota {
+	for _, p := range pol {
+		if q.Name != "" && p.Name == q.Name || q.Name == "" && q.Limit >= 0 && p.Limit == q.Limit && p.Window > 0 {
+			return p
+		}
+	}
+	return statedQuota{Limit: -1}
+}
+
+// parseRateLimitPolicy reads RateLimit-Policy lines: "burst";q=100;w=60
+// (draft-08; q= is required) or 100;w=60 (drafts 06 and 07).
 func parseRateLimitPolicy(lines ...string) []statedQuota {
 	var qs []statedQuota
 	for _, m := range sfMembers(lines) {
-		if m.key != "" {
-			continue
+		name, named := sfName(m.Value)
+		limit, counted := sfCount(m.Value)
+		if q, ok := sfCount(m.param("q")); ok && (named || counted) {
+			limit, counted = q, true
 		}
-		q := statedQuota{Limit: -1, Remaining: -1}
-		if name, ok := sfName(m.Value); ok {
-			q.Name = name
-		} else if q.Limit, ok = sfCount(m.Value); !ok {
-			continue
-		}
-		if n, ok := sfCount(m.param("q")); ok {
-			q.Limit = n
-		}
-		q.Window = m.window()
-		if q.Limit >= 0 {
-			qs = append(qs, q)
+		if m.key == "" && counted {
+			qs = append(qs, statedQuota{Name: name, Limit: limit, Remaining: -1, Window: m.window()})
 		}
 	}
 	return qs
 }
 
-// parseRateLimit reads the values of RateLimit fields (one per field line).
-// It accepts the draft-08 list form, "default";r=50;t=30, one statedQuota
-// per item that has r= or t=, and the draft-07 dictionary form,
-// limit=100, remaining=50, reset=30, one unnamed statedQuota. t= and reset=
-// are delta-seconds (no epoch heuristic: the drafts allow none). Lines
-// that are neither an RFC 9651 List nor a Dictionary are skipped.
+// parseRateLimit reads RateLimit lines: "default";r=50;t=30 (draft-08),
+// a quota per item with r= or t=, or limit=100, remaining=50, reset=30
+// (draft-07), one unnamed quota. Resets are delta-seconds.
 func parseRateLimit(lines ...string) []statedQuota {
 	var qs []statedQuota
-	dict := statedQuota{Limit: -1, Remaining: -1}
-	inDict := false
+	dict, inDict := statedQuota{Limit: -1, Remaining: -1}, false
 	for _, m := range sfMembers(lines) {
+		n, isCount := sfCount(m.Value)
 		switch m.key {
 		case "":
 			name, ok := sfName(m.Value)
-			if !ok {
-				continue
-			}
-			q := statedQuota{Name: name, Limit: -1, Remaining: -1}
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
-			if hasR {
-				q.Remaining = r
-			}
-			if hasT {
-				q.Reset = t
-			}
-			if hasR || hasT {
-				qs = append(qs, q)
+			if ok && (hasR || hasT) {
+				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: orUnknown(r, hasR), Reset: t})
 			}
 		case "limit":
-			if n, ok := sfCount(m.Value); ok {
+			if isCount {
 				dict.Limit, inDict = n, true
 			}
 		case "remaining":
-			if n, ok := sfCount(m.Value); ok {
+			if isCount {
 				dict.Remaining, inDict = n, true
 			}
 		case "reset":
@@ -428,273 +328,22 @@ func parseRateLimit(lines ...string) []statedQuota {
 	return qs
 }
 
-// tighter reports whether a is more restrictive than b: less remaining
-// (unknown counts as plenty), then a longer reset.
-func tighter(a, b statedQuota) bool {
-	ar, br := a.Remaining, b.Remaining
-	if ar < 0 {
-		ar = math.MaxInt64
+func orUnknown(n int64, ok bool) int64 {
+	if !ok {
+		return -1
 	}
-	if br < 0 {
-		br = math.MaxInt64
-	}
-	if ar != br {
-		return ar < br
-	}
-	return a.Reset > b.Reset
+	return n
 }
 
-func mostRestrictive(qs []statedQuota) (statedQuota, bool) {
-	if len(qs) == 0 {
-		return statedQuota{}, false
-	}
-	best := qs[0]
-	for _, q := range qs[1:] {
-		if tighter(q, best) {
-			best = q
-		}
-	}
-	return best, true
-}
-
-// slower reports whether policy a allows a lower rate than b. Policies
-// with a window sort before those without, which compare by limit.
-func slower(a, b statedQuota) bool {
-	if (a.Window > 0) != (b.Window > 0) {
-		return a.Window > 0
-	}
-	if a.Window == 0 {
-		return a.Limit < b.Limit
-	}
-	return float64(a.Limit)*float64(b.Window) < float64(b.Limit)*float64(a.Window)
-}
-
-// matchPolicy finds the RateLimit-Policy entry that a RateLimit quota
-// refers to: by name; for an unnamed quota with a limit (draft-07), by
-// limit; for an unnamed quota without one, the only policy.
-func matchPolicy(q statedQuota, pol []statedQuota) (statedQuota, bool) {
-	switch {
-	case q.Name != "":
-		for _, p := range pol {
-			if p.Name == q.Name {
-				return p, true
-			}
-		}
-	case q.Limit >= 0:
-		for _, p := range pol {
-			if p.Limit == q.Limit && p.Window > 0 {
-				return p, true
-			}
-		}
-	case len(pol) == 1:
-		return pol[0], true
-	}
-	return statedQuota{}, false
-}
-
-// The fields read, in canonical form, so that a canonical header can be
-// indexed directly.
-var (
-	fieldRetryAfter      = http.CanonicalHeaderKey("Retry-After")
-	fieldRateLimit       = http.CanonicalHeaderKey("RateLimit")
-	fieldRateLimitPolicy = http.CanonicalHeaderKey("RateLimit-Policy")
-	fieldShopify         = http.CanonicalHeaderKey("X-Shopify-Shop-Api-Call-Limit")
-	legacyFields         = newQuotaFields("", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
-	// GitLab's HTTP-date twin of RateLimit-Reset.
-	fieldLegacyResetTime = http.CanonicalHeaderKey("RateLimit-ResetTime")
-	openAIFields         = []quotaFields{
-		newQuotaFields("requests", "X-RateLimit-Limit-Requests", "X-RateLimit-Remaining-Requests", "X-RateLimit-Reset-Requests"),
-		newQuotaFields("tokens", "X-RateLimit-Limit-Tokens", "X-RateLimit-Remaining-Tokens", "X-RateLimit-Reset-Tokens"),
-	}
-	anthropicFields = func() []quotaFields {
-		var fs []quotaFields
-		for _, kind := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
-			p := "Anthropic-RateLimit-" + kind
-			fs = append(fs, newQuotaFields(kind, p+"-Limit", p+"-Remaining", p+"-Reset"))
-		}
-		return fs
-	}()
-	// X-RateLimit-* and, failing that, X-Rate-Limit-* (Twitter).
-	xRateLimitFields = []xFields{newXFields("X-RateLimit-"), newXFields("X-Rate-Limit-")}
-)
-
-// quotaFields names the fields of one quota.
-type quotaFields struct{ kind, limit, remaining, reset string }
-
-func newQuotaFields(kind, limit, remaining, reset string) quotaFields {
-	c := http.CanonicalHeaderKey
-	return quotaFields{kind: kind, limit: c(limit), remaining: c(remaining), reset: c(reset)}
-}
-
-// xFields names the fields of the X-RateLimit-* family.
-type xFields struct {
-	quotaFields
-	used, resetAfter string
-}
-
-func newXFields(prefix string) xFields {
-	return xFields{
-		quotaFields: newQuotaFields("", prefix+"Limit", prefix+"Remaining", prefix+"Reset"),
-		used:        http.CanonicalHeaderKey(prefix + "Used"),
-		resetAfter:  http.CanonicalHeaderKey(prefix + "Reset-After"),
-	}
-}
-
-// headerFamily is one family of rate-limit fields; parse reports whether
-// the response carried any of its fields in a readable form.
-type headerFamily struct {
-	source string
-	parse  func(h http.Header, now time.Time) (statedQuota, bool)
-}
-
-// headerFamilies, in order of precedence: the standard first, then its
-// drafts, then vendors whose field names are unambiguous, then the generic
-// X-RateLimit-* family.
-var headerFamilies = []headerFamily{
-	{SourceRateLimit, structuredQuota},
-	{SourceRateLimitLegacy, legacyQuota},
-	{SourceOpenAI, openAIQuota},
-	{SourceAnthropic, anthropicQuota},
-	{SourceXRateLimit, xRateLimitQuota},
-	{SourceShopify, shopifyQuota},
-}
-
-func quotaFromHeaders(h http.Header, now time.Time) (statedQuota, string, bool) {
-	var fallback statedQuota
-	fallbackSource := ""
-	for _, fam := range headerFamilies {
-		q, ok := fam.parse(h, now)
-		if !ok {
-			continue
-		}
-		if q.Remaining >= 0 || q.Reset > 0 {
-			return q, fam.source, true
-		}
-		if fallbackSource == "" && (q.Limit >= 0 || q.Window > 0) {
-			fallback, fallbackSource = q, fam.source
-		}
-	}
-	return fallback, fallbackSource, fallbackSource != ""
-}
-
-func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
-	pol := parseRateLimitPolicy(h[fieldRateLimitPolicy]...)
-	if q, ok := mostRestrictive(parseRateLimit(h[fieldRateLimit]...)); ok {
-		if p, ok := matchPolicy(q, pol); ok {
-			if q.Limit < 0 {
-				q.Limit = p.Limit
-			}
-			q.Window = p.Window
-		}
-		return q, true
-	}
-	if len(pol) == 0 {
-		return statedQuota{}, false
-	}
-	best := pol[0]
-	for _, p := range pol[1:] {
-		if slower(p, best) {
-			best = p
-		}
-	}
-	return best, true
-}
-
-func legacyQuota(h http.Header, now time.Time) (statedQuota, bool) {
-	q := statedQuota{Remaining: minCount(h[legacyFields.remaining])}
-	q.Limit, q.Window = limitField(h[legacyFields.limit])
-	reset, hasReset := maxReset(h[legacyFields.reset], now)
-	if !hasReset {
-		reset, hasReset = maxReset(h[fieldLegacyResetTime], now)
-	}
-	q.Reset = reset
-	if q.Limit < 0 && q.Remaining < 0 && !hasReset {
-		return statedQuota{}, false
-	}
-	if q.Window == 0 && q.Limit >= 0 {
-		if p, ok := matchPolicy(statedQuota{Limit: q.Limit}, parseRateLimitPolicy(h[fieldRateLimitPolicy]...)); ok {
-			q.Window = p.Window
-		}
-	}
-	return q, true
-}
-
-func openAIQuota(h http.Header, now time.Time) (statedQuota, bool) {
-	return kindsQuota(h, now, openAIFields)
-}
-
-func anthropicQuota(h http.Header, now time.Time) (statedQuota, bool) {
-	return kindsQuota(h, now, anthropicFields)
-}
-
-// kindsQuota reads a family that states one quota per kind of unit and
-// reports the most restrictive.
-func kindsQuota(h http.Header, now time.Time, fields []quotaFields) (statedQuota, bool) {
-	var best statedQuota
-	found := false
-	for _, f := range fields {
-		q := statedQuota{Name: f.kind, Remaining: minCount(h[f.remaining])}
-		q.Limit, q.Window = limitField(h[f.limit])
-		reset, hasReset := maxReset(h[f.reset], now)
-		q.Reset = reset
-		if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
-			if !found || tighter(q, best) {
-				best, found = q, true
-			}
-		}
-	}
-	return best, found
-}
-
-func xRateLimitQuota(h http.Header, now time.Time) (statedQuota, bool) {
-	for _, f := range xRateLimitFields {
-		q := statedQuota{Remaining: minCount(h[f.remaining])}
-		q.Limit, q.Window = limitField(h[f.limit])
-		if q.Remaining < 0 && q.Limit >= 0 { // GitHub also states what was used
-			if used := minCount(h[f.used]); used >= 0 {
-				q.Remaining = max(q.Limit-used, 0)
-			}
-		}
-		// Reset-After (Discord) is a delta, immune to clock skew: prefer it.
-		reset, hasReset := maxReset(h[f.resetAfter], now)
-		if !hasReset {
-			reset, hasReset = maxReset(h[f.reset], now)
-		}
-		q.Reset = reset
-		if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
-			return q, true
-		}
-	}
-	return statedQuota{}, false
-}
-
-func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
-	for _, v := range h[fieldShopify] {
-		if used, limit, ok := parseShopifyCallLimit(v); ok {
-			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
-		}
-	}
-	return statedQuota{}, false
-}
-
-// limitField reads a RateLimit-Limit or X-RateLimit-Limit value: the
-// expiring limit, optionally followed by quota policies as in
-// "100, 100;w=60, 1000;w=3600" (drafts 00 to 05; Whoop spells w= as
-// window=). It returns the expiring limit (-1 if none) and its window: the
-// w= of the first member, else of a later policy with the same limit. A
-// value that is no RFC 9651 List (a count beyond its 15 digits, say) is
-// read as plain counts, the least of them, without a window.
+// limitField reads a limit that may be followed by its policies, as in
+// "100, 100;w=60, 1000;w=3600" (drafts 00 to 05; Whoop writes window=): the
+// first count, and the window of the first member with that count. A
+// value that is no RFC 9651 List (over 15 digits, say) is read by minCount.
 func limitField(lines []string) (limit int64, window time.Duration) {
 	limit = -1
 	for _, m := range sfMembers(lines) {
-		n, ok := sfCount(m.Value)
-		if m.key != "" || !ok {
-			continue
-		}
-		if limit < 0 {
+		if n, ok := sfCount(m.Value); ok && m.key == "" && (limit < 0 || n == limit && window == 0) {
 			limit, window = n, m.window()
-		} else if window == 0 && n == limit {
-			window = m.window()
 		}
 	}
 	if limit < 0 {
@@ -703,149 +352,234 @@ func limitField(lines []string) (limit int64, window time.Duration) {
 	return limit, window
 }
 
-// minCount reads a count field: the least count among its lines and
-// comma-separated members (parameters after ';' are ignored); -1 if none.
+// minCount reads the least count among the lines' comma-separated members,
+// parameters dropped; -1 if none.
 func minCount(lines []string) int64 {
 	least := int64(-1)
-	for _, s := range plainMembers(lines) {
-		if n, ok := parseCount(s); ok && (least < 0 || n < least) {
-			least = n
+	for _, line := range lines {
+		for _, s := range plainMembers(line) {
+			if n, ok := parseCount(s); ok && (least < 0 || n < least) {
+				least = n
+			}
 		}
 	}
 	return least
 }
 
-// plainMembers splits field lines that are not structured fields at their
-// commas, and drops each member's parameters: "5;w=60, 4" reads as "5"
-// and " 4".
-func plainMembers(lines []string) []string {
-	var out []string
-	for _, line := range lines {
-		for _, s := range strings.Split(line, ",") {
-			s, _, _ = strings.Cut(s, ";")
-			out = append(out, s)
-		}
+// plainMembers splits a line at its commas, dropping each member's
+// parameters: "5;w=60, 4" reads as "5" and " 4".
+func plainMembers(line string) []string {
+	ms := strings.Split(line, ",")
+	for i, s := range ms {
+		ms[i], _, _ = strings.Cut(s, ";")
 	}
-	return out
+	return ms
 }
 
-// maxReset reads a reset field with parseReset: the longest reset among its
-// lines, each read whole first (an HTTP-date has a comma) and else member
-// by member.
-func maxReset(lines []string, now time.Time) (time.Duration, bool) {
-	return longestOf(lines, func(v string) (time.Duration, bool) { return parseReset(v, now) })
-}
-
-// retryAfterField reads the Retry-After lines like maxReset.
-func retryAfterField(lines []string, now time.Time) (time.Duration, bool) {
-	return longestOf(lines, func(v string) (time.Duration, bool) { return parseRetryAfter(v, now) })
-}
-
-func longestOf(lines []string, parse func(string) (time.Duration, bool)) (time.Duration, bool) {
-	var longest time.Duration
-	found := false
+// longest reads the longest duration among the lines, each read whole
+// first (an HTTP-date has a comma), else member by member.
+func longest(lines []string, now time.Time, parse func(string, time.Time) (time.Duration, bool)) (d time.Duration, found bool) {
 	take := func(v string) bool {
-		d, ok := parse(v)
+		v1, ok := parse(v, now)
 		if ok {
-			longest, found = max(longest, d), true
+			d, found = max(d, v1), true
 		}
 		return ok
 	}
 	for _, line := range lines {
-		if take(line) {
-			continue
-		}
-		for _, s := range plainMembers([]string{line}) {
-			take(s)
+		if !take(line) {
+			for _, s := range plainMembers(line) {
+				take(s)
+			}
 		}
 	}
-	return longest, found
+	return d, found
 }
 
-// canonicalHeader returns h with every key in canonical form, merging the
-// values of keys that differ only in case: the canonical key's values
-// first, then the others' in the order of their keys. It returns h itself
-// when it is canonical already.
-func canonicalHeader(h http.Header) http.Header {
-	var odd []string
-	for k := range h {
-		if http.CanonicalHeaderKey(k) != k {
-			odd = append(odd, k)
+// parseRetryAfter reads delta-seconds, whose fraction ("2.0", as Shopify
+// sends) rounds up to a second, or a date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = trimOWS(v)
+	whole, frac, ok := decimal(v)
+	if !ok {
+		return parseDate(v, now)
+	}
+	d := seconds(whole)
+	if strings.Trim(frac, "0") != "" {
+		d = min(d+time.Second, MaxStatedDuration)
+	}
+	return d, true
+}
+
+// parseReset reads a reset value: a bare number, which is delta-seconds
+// below 1e9 (as a delta, 31 years), Unix seconds from 1e9 (2001) and Unix
+// milliseconds from 1e12, with a fraction as Discord sends it; a duration
+// ("6m0s", OpenAI); or a date (Anthropic's RFC 3339).
+func parseReset(v string, now time.Time) (time.Duration, bool) {
+	v = trimOWS(v)
+	whole, _, ok := decimal(v)
+	switch {
+	case !ok:
+		if d, ok := parseDuration(v); ok {
+			return d, true
+		}
+		return parseDate(v, now)
+	case whole >= 1e15: // the year 33658 in milliseconds
+		return MaxStatedDuration, true
+	case whole >= 1e12:
+		return untilEpoch(v+"ms", now), true
+	case whole >= 1e9:
+		return untilEpoch(v+"s", now), true
+	}
+	return parseDuration(v)
+}
+
+// untilEpoch returns the time from now until a Unix time written as a
+// duration ("1748779260.5s").
+func untilEpoch(since string, now time.Time) time.Duration {
+	d, err := time.ParseDuration(since)
+	if err != nil { // beyond the year 2262
+		return MaxStatedDuration
+	}
+	return ceilDuration(time.Unix(0, 0).Add(d).Sub(now))
+}
+
+// parseDuration reads a duration with time.ParseDuration ("6m0s", "20ms"
+// from OpenAI and Groq), and also a bare number of seconds ("1.5"), a
+// leading count of days ("1d2h") and upper-case units. Signs, and values
+// beyond what time.Duration holds, are malformed.
+func parseDuration(v string) (time.Duration, bool) {
+	s := strings.ToLower(trimOWS(v))
+	if s == "" || strings.ContainsAny(s, "+-") {
+		return 0, false
+	}
+	if _, _, ok := decimal(s); ok {
+		s += "s"
+	}
+	var days time.Duration
+	if n, rest, ok := strings.Cut(s, "d"); ok {
+		d, err := time.ParseDuration(n + "h")
+		if _, _, ok := decimal(n); !ok || err != nil {
+			return 0, false
+		}
+		days = 24 * min(d, MaxStatedDuration)
+		if s = rest; s == "" {
+			s = "0"
 		}
 	}
-	if len(odd) == 0 {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, false
+	}
+	return ceilDuration(days + min(d, MaxStatedDuration)), true
+}
+
+// parseDate reads an HTTP-date (any of its three forms) or an RFC 3339
+// time as the time from now until it.
+func parseDate(v string, now time.Time) (time.Duration, bool) {
+	t, err := http.ParseTime(v)
+	if err != nil {
+		t, err = time.Parse(time.RFC3339Nano, v)
+	}
+	if err != nil {
+		return 0, false
+	}
+	return ceilDuration(t.Sub(now)), true
+}
+
+// parseCount reads a count, dropping a fraction (a count is never
+// overstated), at most math.MaxInt64.
+func parseCount(v string) (int64, bool) {
+	whole, _, ok := decimal(trimOWS(v))
+	return int64(min(whole, math.MaxInt64)), ok
+}
+
+// parseShopifyCallLimit reads "32/40": 32 calls used of a bucket of 40.
+func parseShopifyCallLimit(v string) (used, limit int64, ok bool) {
+	a, b, _ := strings.Cut(v, "/")
+	used, uok := parseCount(a)
+	limit, lok := parseCount(b)
+	if !uok || !lok {
+		return 0, 0, false
+	}
+	return used, limit, true
+}
+
+// decimal splits DIGIT+ ["." DIGIT+] into its whole part (at most
+// math.MaxUint64) and its fraction's digits.
+func decimal(s string) (whole uint64, frac string, ok bool) {
+	w, frac, hasDot := strings.Cut(s, ".")
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+	if !digits(w) || hasDot && !digits(frac) {
+		return 0, "", false
+	}
+	whole, _ = strconv.ParseUint(w, 10, 64) // out of range: math.MaxUint64
+	return whole, frac, true
+}
+
+func seconds(n uint64) time.Duration {
+	if n >= uint64(MaxStatedDuration/time.Second) {
+		return MaxStatedDuration
+	}
+	return time.Duration(n) * time.Second
+}
+
+// durationResolution is what durations are rounded up to: a pause is never
+// shorter than asked for.
+const durationResolution = time.Millisecond
+
+// ceilDuration rounds d up to durationResolution, within [0,
+// MaxStatedDuration].
+func ceilDuration(d time.Duration) time.Duration {
+	switch {
+	case d <= 0:
+		return 0
+	case d >= MaxStatedDuration:
+		return MaxStatedDuration
+	case d%durationResolution != 0:
+		d += durationResolution - d%durationResolution
+	}
+	return d
+}
+
+func trimOWS(s string) string { return strings.Trim(s, " \t") }
+
+// canonicalHeader returns h, or when some keys are not canonical a copy
+// that merges the values of keys differing only in case, in key order.
+func canonicalHeader(h http.Header) http.Header {
+	canonical := true
+	for k := range h {
+		canonical = canonical && http.CanonicalHeaderKey(k) == k
+	}
+	if canonical {
 		return h
 	}
-	sort.Strings(odd)
 	c := make(http.Header, len(h))
-	for k, v := range h {
-		if http.CanonicalHeaderKey(k) == k {
-			c[k] = append([]string(nil), v...)
-		}
-	}
-	for _, k := range odd {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
 		ck := http.CanonicalHeaderKey(k)
 		c[ck] = append(c[ck], h[k]...)
 	}
 	return c
 }
 
-// parseHTTPDate reads an HTTP-date in any of its three forms, or an RFC
-// 3339 time.
-func parseHTTPDate(v string) (time.Time, bool) {
-	if t, err := http.ParseTime(v); err == nil {
-		return t, true
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, true
-	}
-	return time.Time{}, false
-}
-
-// untilTime returns the time from now until t, rounded up to the
-// resolution, 0 when t is past, at most MaxStatedDuration. time.Time.Sub
-// saturates instead of overflowing.
-func untilTime(t, now time.Time) time.Duration {
-	return ceilDuration(t.Sub(now), durationResolution)
-}
-
-// ceilDuration rounds d up to a multiple of g, within [0,
-// MaxStatedDuration] (a multiple of every g used here).
-func ceilDuration(d, g time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	if d >= MaxStatedDuration {
-		return MaxStatedDuration
-	}
-	if r := d % g; r != 0 {
-		d += g - r
-	}
-	return min(d, MaxStatedDuration)
-}
-
-func trimOWS(s string) string { return strings.Trim(s, " \t") }
-
 // sfMaxMembers is the most members read from one field.
 const sfMaxMembers = 64
 
-// sfMember is one member of a structured field: an Item, with its key when
-// it is a Dictionary's member.
+// sfMember is an Item of a structured field, with its key when it is a
+// Dictionary's.
 type sfMember struct {
 	key string
 	httpsfv.Item
 }
 
-// sfMembers reads field lines as RFC 9651 structured fields, with httpsfv
-// and its strictness, one line at a time so that a malformed line hides
-// only itself: each line as a List, or failing that as a Dictionary (the
-// RateLimit field of draft-07). Inner lists are dropped; at most
-// sfMaxMembers members are read.
+// sfMembers reads each line as an RFC 9651 List, or failing that a
+// Dictionary (RateLimit in draft-07), so that a malformed line hides only
+// itself. Inner lists are dropped.
 func sfMembers(lines []string) []sfMember {
 	var out []sfMember
 	add := func(key string, m httpsfv.Member) {
 		if it, ok := m.(httpsfv.Item); ok && len(out) < sfMaxMembers {
-			out = append(out, sfMember{key: key, Item: it})
+			out = append(out, sfMember{key, it})
 		}
 	}
 	for _, line := range lines {
@@ -864,14 +598,13 @@ func sfMembers(lines []string) []sfMember {
 	return out
 }
 
-// param returns the value of the member's parameter k; nil when absent.
+// param returns the member's parameter k; nil when absent.
 func (m sfMember) param(k string) any {
 	v, _ := m.Params.Get(k)
 	return v
 }
 
-// window reads the member's w= (or window=) parameter as seconds; 0 when
-// absent or malformed.
+// window reads the member's w= (or window=) as seconds; 0 when absent.
 func (m sfMember) window() time.Duration {
 	w, ok := sfSeconds(m.param("w"))
 	if !ok {
@@ -880,36 +613,28 @@ func (m sfMember) window() time.Duration {
 	return w
 }
 
-// sfName reads a String or a Token (a lenient spelling of a policy name).
+// sfName reads a String, or leniently a Token, as a policy's name.
 func sfName(v any) (string, bool) {
-	switch s := v.(type) {
-	case string:
-		return s, true
-	case httpsfv.Token:
-		return string(s), true
+	if t, ok := v.(httpsfv.Token); ok {
+		return string(t), true
 	}
-	return "", false
+	s, ok := v.(string)
+	return s, ok
 }
 
-// sfCount reads a non-negative Integer or Decimal as a count, without its
-// fraction.
+// sfCount reads a non-negative Integer or Decimal, dropping its fraction.
 func sfCount(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int64:
-		if n >= 0 {
-			return n, true
-		}
+		return n, n >= 0
 	case float64:
-		if n >= 0 {
-			return int64(n), true
-		}
+		return int64(n), n >= 0
 	}
 	return 0, false
 }
 
-// sfSeconds reads a non-negative Integer or Decimal as delta-seconds, at
-// most MaxStatedDuration. A Decimal has at most three fractional digits,
-// so the result is a whole number of milliseconds.
+// sfSeconds reads a non-negative Integer or Decimal as seconds, at most
+// MaxStatedDuration. A Decimal has at most 3 fractional digits.
 func sfSeconds(v any) (time.Duration, bool) {
 	var ms float64
 	switch n := v.(type) {
@@ -920,11 +645,8 @@ func sfSeconds(v any) (time.Duration, bool) {
 	default:
 		return 0, false
 	}
-	switch {
-	case ms < 0:
+	if ms < 0 {
 		return 0, false
-	case ms >= float64(MaxStatedDuration/time.Millisecond):
-		return MaxStatedDuration, true
 	}
-	return time.Duration(ms) * time.Millisecond, true
+	return min(time.Duration(min(ms, math.MaxInt64/1e6))*time.Millisecond, MaxStatedDuration), true
 }

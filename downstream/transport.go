@@ -68,28 +68,19 @@ func WithSlotTaken(ctx context.Context) context.Context {
 	return context.WithValue(ctx, slotTakenKey{}, true)
 }
 
-func (t *Transport) base() http.RoundTripper {
-	if t.Base != nil {
-		return t.Base
-	}
-	return http.DefaultTransport
-}
-
-func (t *Transport) key(req *http.Request) string {
-	if t.Key != nil {
-		return t.Key(req)
-	}
-	return req.URL.Host
-}
-
 // RoundTrip takes a slot, sends req, and feeds the response's limits back
 // into the throttle.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Throttle == nil {
 		return nil, errors.New("sluice: downstream.Transport: nil Throttle")
 	}
-	ctx := req.Context()
-	key := t.key(req)
+	ctx, key, base := req.Context(), req.URL.Host, t.Base
+	if t.Key != nil {
+		key = t.Key(req)
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
 	var lease *throttle.Lease
 	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
 		if t.Concurrency != nil {
@@ -109,7 +100,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	resp, err := t.base().RoundTrip(req)
+	resp, err := base.RoundTrip(req)
 	if err != nil {
 		release(lease)
 		t.Metrics.observe(t.Limit.Name, "error")
@@ -134,7 +125,10 @@ func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Respons
 	if maxPause <= 0 {
 		maxPause = DefaultMaxPause
 	}
-	d := pauseFor(resp, backoff, maxPause)
+	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(backoff, maxPause)
+	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
+		d = backoff // a 503 that says nothing: never retry it in a hot loop
+	}
 	if d <= 0 {
 		return 0
 	}
@@ -219,15 +213,4 @@ func codeLabel(status int) string {
 		return strconv.Itoa(status/100) + "xx"
 	}
 	return "other"
-}
-
-// pauseFor is how long a response asks the fleet to stop: what its limit
-// fields say, and for a 429 or 503 that says nothing, the default backoff
-// (never zero, which would retry in a hot loop).
-func pauseFor(resp *http.Response, backoff, maxPause time.Duration) time.Duration {
-	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(backoff, maxPause)
-	if d <= 0 && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-		d = backoff
-	}
-	return d
 }

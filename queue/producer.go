@@ -155,6 +155,26 @@ func randomHex(n int) string {
 
 func newID() string { return randomHex(16) }
 
+// Check runs the checks that Enqueue runs before it touches Redis: the
+// job's own fields and Config.Check. A job it refuses, Enqueue refuses; a
+// job it passes may still be refused by admission, the bound or a
+// duplicate id. Its error wraps ErrInvalidJob.
+func (p *Producer) Check(job Job) error { return p.check(&job) }
+
+func (p *Producer) check(job *Job) error {
+	if err := job.validate(p.cfg.MaxPayload); err != nil {
+		return err
+	}
+	if p.cfg.Check == nil {
+		return nil
+	}
+	err := p.cfg.Check(job)
+	if err != nil && !errors.Is(err, ErrInvalidJob) {
+		err = fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	return err
+}
+
 // Enqueue admits job by its tenant's policy and adds it to the waiting
 // room. It returns a *DuplicateJobError when a job of the tenant with the
 // same ID is in the queue (see Job.ID), a *RateLimitedError when admission refuses, a
@@ -163,16 +183,8 @@ func newID() string { return randomHex(16) }
 // accepted; in each case nothing was written. Once Enqueue returns nil the
 // job is stored in Redis and will run (at least once).
 func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
-	if err := job.validate(p.cfg.MaxPayload); err != nil {
+	if err := p.check(&job); err != nil {
 		return Receipt{}, err
-	}
-	if p.cfg.Check != nil {
-		if err := p.cfg.Check(&job); err != nil {
-			if errors.Is(err, ErrInvalidJob) {
-				return Receipt{}, err
-			}
-			return Receipt{}, fmt.Errorf("%w: %w", ErrInvalidJob, err)
-		}
 	}
 	// An id the producer chooses is random and no other job's: the
 	// enqueue script does not record it for the duplicate check.

@@ -282,7 +282,12 @@ func (f *fleet) enqueue(stdin string, args ...string) cliResult {
 func (f *fleet) enqueueJobs(lines []string) []string {
 	f.t.Helper()
 	r := f.enqueue(strings.Join(lines, "\n")+"\n", "-f", "-", "-q")
-	ids := strings.Fields(r.stdout)
+	var ids []string // one "accepted <line> <id>" per job, in order
+	for i, out := range strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n") {
+		if f := strings.Fields(out); len(f) == 3 && f[0] == "accepted" && f[1] == strconv.Itoa(i+1) {
+			ids = append(ids, f[2])
+		}
+	}
 	if r.code != 0 || len(ids) != len(lines) {
 		f.t.Fatalf("enqueue -f: exit %d, %d of %d accepted\n%s", r.code, len(ids), len(lines), r.stderr)
 	}

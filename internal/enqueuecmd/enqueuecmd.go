@@ -1,6 +1,8 @@
 // Package enqueuecmd is the sluice producer CLI: one job from flags, many
 // from JSON lines with a progress line, and a stats view. cmd/enqueue's
-// main only calls Main.
+// main only calls Main. A JSON lines file is checked whole before any of
+// it is enqueued, and the result is printed per line (see bulk), so that a
+// script can send again exactly what was not accepted.
 //
 // Exit codes, for scripts:
 //
@@ -72,6 +74,16 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `
 exit codes: 0 accepted, 1 failure (e.g. Redis unreachable), 2 usage or invalid job,
             3 rate limited, 4 queue full, 5 a job with that id is already queued
+
+-f reads and checks every line before it enqueues any: with a bad line it prints
+file:line: reason for each on stderr, enqueues nothing and exits 2. Then it prints
+one line per job to stdout, in file order:
+  accepted <line> <id>
+  refused <line> <reason>     reason: rate-limited, queue-full, duplicate, invalid, failed
+and exits with the worst refusal's code (1 > 4 > 3 > 2 > 5), 0 if all were accepted.
+To retry, send again only the lines refused as rate-limited, queue-full or failed,
+and any line not listed (after an interrupt): a duplicate's job is queued already,
+and an "id" catches a second sending only while its job still waits to start.
 `)
 }
 
@@ -146,7 +158,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return showStats(ctx, p, cfg, stdout, stderr)
 	}
 	if o.file != "" {
-		in := stdin
+		in, name := stdin, "stdin"
 		if o.file != "-" {
 			f, err := os.Open(o.file)
 			if err != nil {
@@ -154,9 +166,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 				return ExitUsage
 			}
 			defer f.Close()
-			in = f
+			in, name = f, o.file
 		}
-		return bulk(ctx, p, o, in, stdout, stderr)
+		return bulk(ctx, p, o, name, in, stdout, stderr)
 	}
 	job := queue.Job{ID: o.id, Tenant: o.tenant, Type: o.typ, Payload: []byte(o.payload), Downstream: o.down, Cost: o.cost, MaxRetry: o.maxRetry}
 	r, code := one(ctx, p, job, o, stderr)
@@ -220,18 +232,55 @@ func classify(err error) (int, time.Duration) {
 	return ExitFailure, 0
 }
 
-// bulk enqueues one job per line, with a progress line on stderr. A line
-// that is refused is reported with its number; the exit code is the worst
-// refusal's (failure > queue full > rate limited > invalid > duplicate: a
-// duplicate's job is queued already, so running a file again after a
-// partial failure reports only the duplicates as 5), 0 if all were
-// accepted.
-func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdout, stderr io.Writer) int {
+// bulk enqueues a JSON lines file, safe to run again after a partial
+// failure. It reads and checks every line first (queue.ParseJob and the
+// producer's own checks, the policy's among them); with any bad line it
+// names each as name:line: reason on stderr, enqueues nothing and returns
+// ExitUsage. Otherwise it enqueues the lines in order and prints one
+// stdout line per job line: "accepted <line> <id>", or "refused <line>
+// <reason>" with reason rate-limited, queue-full, duplicate (a job with
+// that id is queued already), invalid or failed, and the error on stderr. The exit
+// code is the worst refusal's (failure > queue full > rate limited >
+// invalid > duplicate), 0 if all were accepted. A line that is not listed (after an
+// interrupt) was not enqueued.
+func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.Reader, stdout, stderr io.Writer) int {
+	type entry struct {
+		line int
+		job  queue.Job
+	}
+	var jobs []entry
+	bad := 0
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	var accepted, refused, line int
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		job, err := queue.ParseJob([]byte(text))
+		if err == nil {
+			err = p.Check(job)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s:%d: %v\n", name, line, err)
+			bad++
+			continue
+		}
+		jobs = append(jobs, entry{line, job})
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(stderr, "enqueue: reading %s: %v; nothing enqueued\n", name, err)
+		return ExitUsage
+	}
+	if bad > 0 {
+		fmt.Fprintf(stderr, "enqueue: %d bad lines in %s; nothing enqueued\n", bad, name)
+		return ExitUsage
+	}
+
+	var done, accepted, refused int
 	worst := ExitOK
 	rank := map[int]int{ExitOK: 0, ExitDuplicate: 1, ExitUsage: 2, ExitRateLimited: 3, ExitQueueFull: 4, ExitFailure: 5}
+	word := map[int]string{ExitDuplicate: "duplicate", ExitUsage: "invalid", ExitRateLimited: "rate-limited", ExitQueueFull: "queue-full", ExitFailure: "failed"}
 	last := time.Now()
 	progress := func(final bool) {
 		if o.quiet || (!final && time.Since(last) < 200*time.Millisecond) {
@@ -242,29 +291,17 @@ func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdou
 		if final {
 			end = "\n"
 		}
-		fmt.Fprintf(stderr, "enqueue: %d lines, %d accepted, %d refused%s", line, accepted, refused, end)
+		fmt.Fprintf(stderr, "enqueue: %d of %d jobs, %d accepted, %d refused%s", done, len(jobs), accepted, refused, end)
 	}
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		code := ExitOK
-		if job, err := queue.ParseJob([]byte(text)); err != nil {
-			fmt.Fprintf(stderr, "\nenqueue: line %d: not a JSON job: %v\n", line, err)
-			code = ExitUsage
-		} else {
-			var r queue.Receipt
-			r, code = one(ctx, p, job, o, prefixed{stderr, fmt.Sprintf("line %d: ", line)})
-			if code == ExitOK {
-				fmt.Fprintln(stdout, r.ID)
-			}
-		}
+	for _, e := range jobs {
+		r, code := one(ctx, p, e.job, o, prefixed{stderr, fmt.Sprintf("%s:%d: ", name, e.line)})
+		done++
 		if code == ExitOK {
 			accepted++
+			fmt.Fprintf(stdout, "accepted %d %s\n", e.line, r.ID)
 		} else {
 			refused++
+			fmt.Fprintf(stdout, "refused %d %s\n", e.line, word[code])
 			if rank[code] > rank[worst] {
 				worst = code
 			}
@@ -273,10 +310,6 @@ func bulk(ctx context.Context, p *queue.Producer, o options, in io.Reader, stdou
 		if ctx.Err() != nil {
 			break
 		}
-	}
-	if err := sc.Err(); err != nil {
-		fmt.Fprintf(stderr, "\nenqueue: reading jobs: %v\n", err)
-		worst = ExitUsage
 	}
 	progress(true)
 	return worst

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -61,8 +62,10 @@ func TestDuplicateIDExitCode(t *testing.T) {
 }
 
 // TestBulkDuplicates: in a JSON lines file, duplicates (of a queued job,
-// or of an earlier line) are reported by line; the exit code is 5 when
-// they are the only refusals, and a worse refusal's otherwise.
+// or of an earlier line) are reported by line on stdout and stderr; the
+// exit code is 5 when they are the only refusals. Running the file again
+// reports each id'd line as a duplicate and enqueues only the line
+// without an id again.
 func TestBulkDuplicates(t *testing.T) {
 	c := newCLI(t, 100)
 	lines := strings.Join([]string{
@@ -72,15 +75,77 @@ func TestBulkDuplicates(t *testing.T) {
 		`{"tenant":"a","type":"x"}`,
 	}, "\n") + "\n"
 	code, out, errs := c.run(lines, "-f", "-")
-	if code != ExitDuplicate || strings.Fields(out)[0] != "j1" || strings.Fields(out)[1] != "j2" || len(strings.Fields(out)) != 3 ||
-		!strings.Contains(errs, `line 3: sluice: duplicate job: a job with id "j1"`) || !strings.Contains(errs, "4 lines, 3 accepted, 1 refused") {
+	want := regexp.MustCompile(`^accepted 1 j1\naccepted 2 j2\nrefused 3 duplicate\naccepted 4 [0-9a-f]{32}\n$`)
+	if code != ExitDuplicate || !want.MatchString(out) ||
+		!strings.Contains(errs, `stdin:3: sluice: duplicate job: a job with id "j1"`) || !strings.Contains(errs, "4 of 4 jobs, 3 accepted, 1 refused") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d, line 3 refused", code, out, errs, ExitDuplicate)
 	}
-	// The same file again: every id'd line is a duplicate, and an invalid
-	// line outranks them.
-	code, _, errs = c.run(lines+`{"tenant":"a"}`+"\n", "-f", "-", "-q")
-	if code != ExitUsage || strings.Count(errs, "duplicate job") != 3 {
-		t.Fatalf("exit %d, stderr %q; want exit %d (invalid) and 3 duplicates", code, errs, ExitUsage)
+	code, out, errs = c.run(lines, "-f", "-", "-q")
+	want = regexp.MustCompile(`^refused 1 duplicate\nrefused 2 duplicate\nrefused 3 duplicate\naccepted 4 [0-9a-f]{32}\n$`)
+	if code != ExitDuplicate || !want.MatchString(out) || strings.Count(errs, "duplicate job") != 3 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit %d and 3 duplicates", code, out, errs, ExitDuplicate)
+	}
+}
+
+// TestBulkBadLineEnqueuesNothing: a file with bad lines in the middle
+// (not JSON, a job without a type, a job the policy rules out) is refused
+// whole with exit 2, every bad line named as file:line: reason, and
+// nothing is enqueued; the file fixed goes in whole.
+func TestBulkBadLineEnqueuesNothing(t *testing.T) {
+	c := newCLI(t, 100)
+	if err := os.WriteFile(c.policy, []byte("queue:\n  name: cli\n  bound: 100\ndownstreams:\n  api: {rate: 50, burst: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "jobs.jsonl")
+	good := []string{`{"tenant":"a","type":"x","id":"j1"}`, `{"tenant":"a","type":"x","id":"j2","downstream":"api"}`}
+	lines := []string{good[0], `{"tenant":"a","type":"x"`, "", `{"tenant":"a"}`, `{"tenant":"a","type":"x","downstream":"api","cost":2}`, good[1]}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := c.run("", "-f", file)
+	if code != ExitUsage || out != "" ||
+		!strings.Contains(errs, file+":2: sluice: invalid job:") ||
+		!strings.Contains(errs, file+":4: sluice: invalid job: type is required") ||
+		!strings.Contains(errs, file+`:5: sluice: invalid job: cost 2 exceeds downstream "api"'s burst of 1`) ||
+		strings.Contains(errs, file+":1:") || strings.Contains(errs, file+":6:") ||
+		!strings.Contains(errs, "3 bad lines in "+file+"; nothing enqueued") {
+		t.Fatalf("exit %d\nstdout %q\nstderr %s", code, out, errs)
+	}
+	if code, out, _ := c.run("", "stats"); code != ExitOK || !strings.Contains(out, "depth        0 of 100") {
+		t.Fatalf("stats: exit %d\n%s; want depth 0: nothing enqueued", code, out)
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(good, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := c.run("", "-f", file, "-q"); code != ExitOK || out != "accepted 1 j1\naccepted 2 j2\n" || errs != "" {
+		t.Fatalf("fixed file: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// TestBulkRetryAfterPartialFailure: a valid file that meets a full queue
+// says per line what went in and what did not, with exit 4; once there is
+// room, sending again the lines refused as queue-full enqueues exactly
+// those, and sending the whole file again instead adds no id'd job twice.
+func TestBulkRetryAfterPartialFailure(t *testing.T) {
+	c := newCLI(t, 2)
+	var lines []string
+	for i := 1; i <= 4; i++ {
+		lines = append(lines, fmt.Sprintf(`{"tenant":"t%d","type":"x","id":"j%d"}`, i, i))
+	}
+	file := strings.Join(lines, "\n")
+	code, out, errs := c.run(file, "-f", "-", "-q")
+	if code != ExitQueueFull || out != "accepted 1 j1\naccepted 2 j2\nrefused 3 queue-full\nrefused 4 queue-full\n" ||
+		!strings.Contains(errs, "stdin:3: ") || !strings.Contains(errs, "stdin:4: ") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want lines 3 and 4 refused as queue-full, exit %d", code, out, errs, ExitQueueFull)
+	}
+	// The whole file again while the queue is still full: the accepted
+	// lines are duplicates, the others still do not fit; nothing doubles.
+	code, out, _ = c.run(file, "-f", "-", "-q")
+	if code != ExitQueueFull || out != "refused 1 duplicate\nrefused 2 duplicate\nrefused 3 queue-full\nrefused 4 queue-full\n" {
+		t.Fatalf("rerun: exit %d, stdout %q", code, out)
+	}
+	if code, out, _ := c.run("", "stats"); code != ExitOK || !strings.Contains(out, "depth        2 of 2") {
+		t.Fatalf("stats: exit %d\n%s; want depth 2", code, out)
 	}
 }
 
@@ -125,10 +190,15 @@ func TestBulkOneMeaning(t *testing.T) {
 		`{"tenant":"alice","type":"x","downstrem":"api"}`,
 	}, "\n")
 	code, out, errs := c.run(lines, "-f", "-")
-	if code != ExitUsage || strings.Count(out, "\n") != 1 ||
-		!strings.Contains(errs, `line 1: not a JSON job: sluice: invalid job: unknown key "TENANT"`) ||
-		!strings.Contains(errs, `line 2: not a JSON job: sluice: invalid job: key "tenant" given twice`) ||
-		!strings.Contains(errs, `line 4: not a JSON job: sluice: invalid job: unknown key "downstrem"`) {
+	if code != ExitUsage || out != "" ||
+		!strings.Contains(errs, `stdin:1: sluice: invalid job: unknown key "TENANT"`) ||
+		!strings.Contains(errs, `stdin:2: sluice: invalid job: key "tenant" given twice`) ||
+		!strings.Contains(errs, `stdin:4: sluice: invalid job: unknown key "downstrem"`) || strings.Contains(errs, "stdin:3:") {
 		t.Fatalf("exit %d\nstdout %q\nstderr %s", code, out, errs)
+	}
+	// Line 3, with its timeout, goes in once the bad lines are gone.
+	code, out, errs = c.run(strings.Split(lines, "\n")[2], "-f", "-", "-q")
+	if code != ExitOK || !strings.HasPrefix(out, "accepted 1 ") {
+		t.Fatalf("line 3 alone: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

@@ -246,7 +246,7 @@ func (e *env) enqueueJobs(ctx context.Context, policy string, files []string) er
 			cmd := exec.CommandContext(ctx, e.enqueue, "-policy", policy, "-redis", "redis://"+e.redisAddr+"/0", "-q", "-f", f)
 			cmd.SysProcAttr = childAttr()
 			var stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = io.Discard, &stderr // stdout: the ids of the jobs
+			cmd.Stdout, cmd.Stderr = io.Discard, &stderr // stdout: "accepted <line> <id>" per job
 			if err := spawn(cmd); err != nil {
 				errs[i] = err
 				return
