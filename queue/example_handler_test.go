@@ -67,7 +67,7 @@ func Example_customHandler() {
 	})
 
 	cfg := queue.Config{Queue: "contacts", Bound: 1000}
-	p, err := queue.NewProducer(rdb, cfg)
+	p, err := queue.NewProducer(rdb, &cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -79,7 +79,7 @@ func Example_customHandler() {
 		}
 	}
 
-	srv, err := queue.NewServer(rdb, queue.ServerConfig{Config: cfg, Concurrency: 1})
+	srv, err := queue.NewServer(rdb, &queue.ServerConfig{Config: cfg, Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}
