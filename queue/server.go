@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,8 +18,12 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// Downstream is how jobs that name a downstream are throttled.
+// Downstream is one third-party API that jobs call: how the fleet paces
+// its calls and, for the built-in HTTP job (queue/httpjob), where and how
+// to send them. The policy file describes each one (queue/policy).
 type Downstream struct {
+	// Name is the downstream's name, as jobs give it.
+	Name string
 	// Limit paces the downstream fleet-wide (Limit.Name labels metrics).
 	Limit throttle.Limit
 	// Concurrency, when set, caps the downstream's calls in flight.
@@ -26,6 +31,16 @@ type Downstream struct {
 	// PerTenant gives each tenant its own bucket at Limit (per-account
 	// quotas, such as Shopify's per store), instead of one shared bucket.
 	PerTenant bool
+	// BaseURL is the prefix of every URL the built-in HTTP job may call
+	// for this downstream; nil: HTTP jobs cannot use it.
+	BaseURL *url.URL
+	// Timeout bounds the built-in HTTP job's request; default 30s.
+	Timeout time.Duration
+	// Headers are set on every built-in HTTP job's request to the
+	// downstream, over the job's own fields of the same names (its
+	// credentials: a job cannot replace them). The values are secrets:
+	// never logged or put in an error.
+	Headers map[string]string
 }
 
 // ServerConfig configures a Server.

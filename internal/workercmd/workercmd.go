@@ -250,12 +250,12 @@ func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 	mux.Handle(httpjob.Type, &httpjob.Handler{
 		Throttle: w.th,
 		Metrics:  m,
-		Resolve: func(job *queue.Job, rawURL string) (httpjob.Target, error) {
+		Resolve: func(job *queue.Job, rawURL string) (queue.Downstream, error) {
 			d, err := w.cfg.ResolveHTTP(job, rawURL)
 			if err != nil {
-				return httpjob.Target{}, err
+				return queue.Downstream{}, err
 			}
-			return httpjob.Target{Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout, Header: d.Headers}, nil
+			return queue.Downstream{Name: d.Name, Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout, Headers: d.Headers}, nil
 		},
 	})
 	return mux

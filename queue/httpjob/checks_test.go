@@ -20,8 +20,8 @@ import (
 // password (issue 19, finding 5).
 func TestHTTPJobURLErrorQuotesNoURL(t *testing.T) {
 	const secret = "URLPASSWORD"
-	job := &Handler{Throttle: newThrottle(t), Resolve: func(*queue.Job, string) (Target, error) {
-		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
+	job := &Handler{Throttle: newThrottle(t), Resolve: func(*queue.Job, string) (queue.Downstream, error) {
+		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
 	}}
 	for _, raw := range []string{
 		"http://127.0.0.1:18092:" + secret + "/x",
@@ -47,8 +47,8 @@ func TestHTTPJobURLErrorQuotesNoURL(t *testing.T) {
 func TestHTTPJobRefusesWhatCannotBeSent(t *testing.T) {
 	var calls atomic.Int64
 	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
-	job := &Handler{Throttle: newThrottle(t), Resolve: func(*queue.Job, string) (Target, error) {
-		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
+	job := &Handler{Throttle: newThrottle(t), Resolve: func(*queue.Job, string) (queue.Downstream, error) {
+		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
 	}}
 	run := func(method string, header map[string]string) error {
 		payload, _ := json.Marshal(Request{Method: method, URL: api + "/x", Header: header})

@@ -49,21 +49,6 @@ type Request struct {
 	Body string `json:"body,omitempty"`
 }
 
-// Target is what the worker knows of a job's downstream.
-type Target struct {
-	// Limit is the downstream's pace (to pause it after a 429).
-	Limit throttle.Limit
-	// PerTenant: the job's throttle key includes its tenant.
-	PerTenant bool
-	// Timeout bounds the request; default 30s.
-	Timeout time.Duration
-	// Header fields the downstream's policy sets on every request (its
-	// credentials), over the job's own fields of the same names: a job
-	// cannot replace them. Their values are never logged or put in an
-	// error.
-	Header map[string]string
-}
-
 // Handler runs Type jobs: it sends the request through a
 // downstream.Transport (the worker has taken the job's slot already, so the
 // Transport only reads the response's limits) and maps the answer onto the
@@ -89,7 +74,7 @@ type Target struct {
 type Handler struct {
 	// Resolve returns the job's downstream for its URL, or an error when
 	// the URL is not under the downstream's base URL. Required.
-	Resolve func(job *queue.Job, rawURL string) (Target, error)
+	Resolve func(job *queue.Job, rawURL string) (queue.Downstream, error)
 	// Throttle receives pauses. Required.
 	Throttle *throttle.Throttle
 	// Base sends the requests; default http.DefaultTransport.
@@ -154,7 +139,7 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		}
 		hr.Header.Set(k, v)
 	}
-	for k, v := range target.Header {
+	for k, v := range target.Headers {
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)

@@ -63,12 +63,12 @@ func TestOutcomes(t *testing.T) {
 	})
 	api := httptestServer(t, mux)
 	base, _ := url.Parse(api + "/v1/")
-	job := &Handler{Throttle: th, Resolve: func(j *queue.Job, raw string) (Target, error) {
+	job := &Handler{Throttle: th, Resolve: func(j *queue.Job, raw string) (queue.Downstream, error) {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host != base.Host || !strings.HasPrefix(u.Path, base.Path) {
-			return Target{}, errors.New("url outside the downstream's base URL")
+			return queue.Downstream{}, errors.New("url outside the downstream's base URL")
 		}
-		return Target{Limit: throttle.Limit{Name: "api", Rate: 100}}, nil
+		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 100}}, nil
 	}}
 	run := func(payload string) error {
 		return job.ProcessJob(context.Background(), &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)})
@@ -118,8 +118,8 @@ func TestIdempotencyKey(t *testing.T) {
 	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Values(IdempotencyHeader)
 	}))
-	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (Target, error) {
-		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
+	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (queue.Downstream, error) {
+		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 1000}}, nil
 	}}
 	for _, c := range []struct {
 		header string
@@ -171,8 +171,8 @@ func TestTargetHeader(t *testing.T) {
 	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Clone()
 	}))
-	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (Target, error) {
-		return Target{Limit: throttle.Limit{Name: "api", Rate: 1000}, Header: map[string]string{"Authorization": "Bearer policy", "X-Api-Key": "k"}}, nil
+	job := &Handler{Throttle: th, Resolve: func(*queue.Job, string) (queue.Downstream, error) {
+		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 1000}, Headers: map[string]string{"Authorization": "Bearer policy", "X-Api-Key": "k"}}, nil
 	}}
 	for _, payload := range []string{
 		`{"url":"` + api + `/x","header":{"X-Other":"1"}}`,
