@@ -247,9 +247,16 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 // mux returns the worker's handlers: the built-in HTTP job.
 func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 	mux := queue.NewServeMux()
+	// Go's default transport keeps 2 idle connections a host: with more
+	// calls in flight to one downstream, every call beyond them would
+	// open (and close) a connection of its own, whose set-up delays the
+	// call past its slot.
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = max(w.o.concurrency, 2)
 	mux.Handle(httpjob.Type, &httpjob.Handler{
 		Throttle: w.th,
 		Metrics:  m,
+		Base:     base,
 		Resolve: func(job *queue.Job, rawURL string) (queue.Downstream, error) {
 			d, err := w.cfg.ResolveHTTP(job, rawURL)
 			if err != nil {
