@@ -126,7 +126,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 
 	addr := o.addr
 	if addr == "" {
-		srv, stopRedis, err := redistest.Launch(redistest.Config{Args: []string{"--save", "", "--appendonly", "no"}})
+		srv, stopRedis, err := redistest.Launch(redistest.Config{})
 		if err != nil {
 			return false, err
 		}
