@@ -29,7 +29,6 @@ import (
 
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/queue"
 )
@@ -122,7 +121,7 @@ func logRefusals(t *testing.T, a *api, events map[string]time.Time) {
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := redistest.Start(t, persistent)
 	q, tol := pick(quota, 100), pick(tolerance, 5)
-	a := newAPI(t, downstreamtest.Config{Rate: float64(q), Tolerance: tol})
+	a := newAPI(t, downstreamtest.Config{Rate: q, Tolerance: tol})
 	f := newFleet(t, policyFor(a, q, ""), "-redis", "redis://"+srv.Addr()+"/0")
 	workers := []*workerProc{f.start(), f.start(), f.start()}
 	rdb := srv.Client(t)
@@ -616,7 +615,7 @@ func TestDownstreamPauses(t *testing.T) {
 		}
 		// Within a pause only the calls booked before it was set arrive:
 		// at most one per call in flight.
-		most := pacestat.MaxInWindow(arrivals, ph.pause-slack)
+		most := downstreamtest.MaxInWindow(arrivals, ph.pause-slack)
 		// At most every call in flight once per pause.
 		bound := (int(hold/ph.pause) + 1) * inFlight
 		t.Logf("%s for %v: %d calls, most in a window of %v %d (calls in flight %d); bound %d (at quota: %d)",
@@ -645,7 +644,7 @@ func TestDownstreamPauses(t *testing.T) {
 	t.Logf("every job delivered %v after the downstream recovered", time.Since(recovered).Round(time.Millisecond))
 	// The refusals were the faults'; the quota itself was never exceeded.
 	c := a.fake.Counts()
-	most := pacestat.MaxInWindow(a.fake.Arrivals(), time.Second)
+	most := downstreamtest.MaxInWindow(a.fake.Arrivals(), time.Second)
 	t.Logf("downstream: %d calls, %v by status, most in one second %d", c.Total, c.ByStatus, most)
 	if most > quota+tolerance {
 		t.Errorf("%d calls in one second; quota %d, tolerance %d", most, quota, tolerance)
