@@ -42,8 +42,8 @@ type Config struct {
 	// call consumes no quota. A call is in flight from its arrival until
 	// its answer is written (or its client gives up).
 	MaxConcurrent int
-	// Clock reads the time of each arrival; nil means time.Now. Tests set
-	// it to drive time by hand. It is called with the server's lock held.
+	// Clock reads the time of each arrival, with the server's lock held;
+	// nil means time.Now.
 	Clock func() time.Time
 }
 
@@ -100,8 +100,7 @@ type Counts struct {
 	// Limited counts the calls answered with 429, whatever the reason
 	// (quota, MaxConcurrent or a fault).
 	Limited int
-	// ByStatus counts the calls by the status of their answer; the calls
-	// held by FaultHang have none.
+	// ByStatus counts the calls by status (FaultHang's calls have none).
 	ByStatus map[int]int
 	// InFlight is the number of calls in flight now.
 	InFlight int
@@ -174,10 +173,9 @@ func (f *Server) URL() string { return f.ts.URL }
 // connections.
 func (f *Server) Client() *http.Client { return f.ts.Client() }
 
-// Close stops the server: it refuses new connections, aborts the calls
-// held by FaultHang or in their Latency (their clients see the connection
-// close, with no answer), and waits for every handler to return. Arrivals
-// and Counts remain readable. Close may be called more than once.
+// Close stops the server: it aborts the calls held by FaultHang or in
+// their Latency (their clients see the connection close, with no answer)
+// and waits for every handler to return. Close may be called again.
 func (f *Server) Close() {
 	f.stopOnce.Do(func() { close(f.stop) })
 	f.ts.Close()
@@ -192,12 +190,10 @@ func (f *Server) SetFault(fault Fault) {
 	f.mu.Unlock()
 }
 
-// Arrivals returns a copy of the arrival time of every call, sorted,
-// whatever its answer. Each is read from the clock as the handler starts,
-// under the lock that decides the quota, and kept to the microsecond the
-// quota was decided on (the clock's first reading plus whole
-// microseconds, with time.Now's monotonic reading). The result is never
-// nil.
+// Arrivals returns the arrival time of every call, sorted, whatever its
+// answer: read from the clock as the handler starts, under the lock that
+// decides the quota, and kept to the microsecond the quota was decided on
+// (the clock's first reading plus whole microseconds). Never nil.
 func (f *Server) Arrivals() []time.Time {
 	f.mu.Lock()
 	a := append([]time.Time{}, f.arrivals...)

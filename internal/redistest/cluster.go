@@ -29,11 +29,9 @@ type Cluster struct {
 	nodes [3]*Server
 }
 
-// StartCluster starts a dedicated cluster for tb (after Require) and
-// registers a tb.Cleanup that kills it. It returns once the cluster is
-// healthy (see WaitHealthy), a little over 2 s after it starts (a new
-// master waits 2 s before it serves); tests that need no cluster of their
-// own use SharedCluster. Failures are fatal to tb.
+// StartCluster starts a dedicated cluster for tb (after Require), killed
+// by a tb.Cleanup, and returns once it is healthy: after a little over 2 s
+// (a new master waits 2 s before it serves). Failures are fatal to tb.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	Require(tb)
@@ -92,11 +90,9 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
-// WaitHealthy waits, for at most 20 s, until the cluster is whole again
-// (e.g. after Node(i).Restart): every node reports cluster_state:ok and
-// sees the three masters connected, and a cluster client writes a key on
-// each master. A restarted master serves again about 2 s after it starts.
-// Failures are fatal to tb.
+// WaitHealthy waits, for at most 20 s, until the cluster is whole (e.g.
+// after Node(i).Restart; a restarted master serves again about 2 s later):
+// see health. Failures are fatal to tb.
 func (c *Cluster) WaitHealthy(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -1,32 +1,16 @@
 // Package redistest runs real redis-server processes for sluice's tests and
 // benchmarks: a standalone server (Start, or Launch outside a test), a
 // three-master Redis Cluster (StartCluster), and one of each shared by a
-// whole test binary (Shared, SharedCluster, stopped by Main). Every process
-// listens on 127.0.0.1 on a port that was free when it started, and the
-// package only ever talks to the ports it picked itself: it never touches a
-// Redis it did not start.
+// test binary (Shared, SharedCluster; use Main as TestMain). Tests on the
+// shared ones keep to keys under KeyPrefix and never flush. Every server
+// listens on 127.0.0.1 on a port this package picked, so it never touches a
+// Redis it did not start; it runs in its own process group and, on Linux,
+// dies with the test binary however that exits.
 //
-// redis-server is looked up at $SLUICE_REDIS_SERVER when that is set, else
-// on the PATH. When it cannot be found, Require (which every function that
-// needs it calls first) skips the test, or fails it when
-// SLUICE_REQUIRE_REDIS=1, so that a green CI run cannot hide skipped
-// real-Redis tests.
-//
-// A cluster takes over two seconds to form, so a package's tests share one
-// standalone server and one cluster:
-//
-//	func TestMain(m *testing.M) { redistest.Main(m) }
-//
-//	func TestSomething(t *testing.T) {
-//		rdb := redistest.Shared(t)
-//		p := redistest.KeyPrefix(t) // every key of this test starts with p
-//		...
-//	}
-//
-// Tests on shared servers keep to keys under their KeyPrefix and never
-// flush. Every redis-server runs in its own process group (a ^C in the
-// terminal reaches only the test binary) and, on Linux, gets SIGKILL when
-// the test binary exits, however it exits.
+// redis-server is $SLUICE_REDIS_SERVER, or found on the PATH. Without it,
+// Require (which every function that needs it calls first) skips the test,
+// or fails it when SLUICE_REQUIRE_REDIS=1, so that a green CI run cannot
+// hide skipped real-Redis tests.
 package redistest
 
 import (

@@ -31,10 +31,9 @@ var errPortTaken = errors.New("port already in use")
 
 // Config configures one redis-server process.
 type Config struct {
-	// Args are extra redis-server arguments, appended after the harness's
-	// own so that they override its defaults (no persistence), e.g.
-	// "--appendonly", "yes", "--appendfsync", "always". They must not set
-	// --port, --bind or --dir.
+	// Args are extra redis-server arguments, which override the defaults
+	// (no persistence), e.g. "--appendonly", "yes", "--appendfsync",
+	// "always". They must not set --port, --bind or --dir.
 	Args []string
 	// Password sets requirepass when not empty; Client and Options use it.
 	Password string
@@ -252,9 +251,8 @@ func (s *Server) Stop() error {
 	}
 }
 
-// Kill kills the server with SIGKILL (with its process group: a child
-// forked for BGSAVE or an AOF rewrite dies too) and waits for it to be
-// reaped. Killing a stopped server does nothing.
+// Kill kills the server and its process group with SIGKILL and waits for
+// it to be reaped. Killing a stopped server does nothing.
 func (s *Server) Kill() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -275,13 +273,10 @@ func (s *Server) kill(p *process) error {
 	}
 }
 
-// Restart starts the server again on the same port, with the same data
-// directory and arguments, and waits until it is ready; a running server
-// is stopped gracefully first. Data survives when Config.Args persists it
-// ("--appendonly", "yes", "--appendfsync", "always" survives even Kill). A
-// cluster node keeps its identity and slots (nodes.conf): use
-// Cluster.WaitHealthy before relying on the cluster again. Failures are
-// fatal to tb.
+// Restart stops a running server gracefully, starts it again on the same
+// port and data directory, and waits until it is ready. Data survives when
+// Config.Args persists it; a cluster node keeps its identity and slots (use
+// Cluster.WaitHealthy next). Failures are fatal to tb.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
 	if err := s.Stop(); err != nil {
@@ -331,10 +326,8 @@ func pickPort(cluster bool) (int, error) {
 		if reserved.ports[port] || reserved.ports[bus] || cluster && bus > 65535 {
 			continue
 		}
-		if cluster {
-			if _, err := freePort(bus); err != nil {
-				continue
-			}
+		if _, err := freePort(bus); cluster && err != nil {
+			continue
 		}
 		reserved.ports[port], reserved.ports[bus] = true, true
 		return port, nil
