@@ -97,10 +97,12 @@ func TestFleetScheduleNeverExceedsQuota(t *testing.T) {
 	})
 }
 
-// TestWaitNeverEarlyWhateverTheHostClock: processes whose clocks are 10s
-// ahead and 10s behind share one key. Each call starts no earlier than its
-// slot and not later than a scheduler's delay after it, measured on the
-// true clock: the hosts' clocks play no part.
+// TestWaitNeverEarlyWhateverTheHostClock: processes whose clocks are a
+// minute ahead and a minute behind share one key. Each call starts no
+// earlier than its slot, and its deadline is the slot's delay counted on
+// its own host's clock from when the reply came: the hosts' clocks play
+// no part. (A deadline taken from Redis's clock would put one process's
+// calls a minute late, the other's a minute early.)
 func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 	forEachRealTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
@@ -110,7 +112,7 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 			tats []int64 // each reservation's bucket TAT, in µs on Redis's clock
 		)
 		var wg sync.WaitGroup
-		for i, skew := range []time.Duration{10 * time.Second, -10 * time.Second} {
+		for i, skew := range []time.Duration{time.Minute, -time.Minute} {
 			th := newThrottle(t, client, nil, &Options{Prefix: prefix})
 			th.hostNow = func() time.Time { return time.Now().Add(skew) }
 			for g := 0; g < 4; g++ {
@@ -125,8 +127,14 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 							t.Errorf("process %d: %v", i, err)
 							return
 						}
-						if slept := after.Sub(before); slept < r.Delay || slept > r.Delay+2*time.Second {
+						if slept := after.Sub(before); slept < r.Delay || slept > r.Delay+skew.Abs()/2 {
 							t.Errorf("process %d (skew %v) waited %v for a slot %v away", i, skew, slept, r.Delay)
+						}
+						// The deadline, r.booked+r.Delay, is on the host's
+						// clock, read when the reply came.
+						if booked := r.booked.Add(-skew); booked.Before(before) || booked.After(after) || r.Delay > lim.MaxWait {
+							t.Errorf("process %d (skew %v): booked %v into a call that took %v (delay %v): not on the host's clock",
+								i, skew, booked.Sub(before), after.Sub(before), r.Delay)
 						}
 						if !r.queued {
 							t.Errorf("process %d: a slot not booked on Redis: %+v", i, r)
@@ -157,20 +165,22 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 
 // TestPauseStopsTheFleet: a pause set by one process wakes another
 // process's waiter whose slot falls inside it, at once, and the slot is
-// not used; booking again gives no slot within the allowed wait.
+// not used; booking again gives no slot within the allowed wait. The slot
+// is a minute away, so a waiter that the pause did not reach would wake
+// a minute late, not a busy machine's few seconds.
 func TestPauseStopsTheFleet(t *testing.T) {
 	forEachRealTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
 		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
 		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		lim := Limit{Rate: 1, Per: 4 * time.Second, MaxWait: 5 * time.Second}
+		lim := Limit{Rate: 1, Per: time.Minute, MaxWait: 2 * time.Minute}
 		ctx := context.Background()
 		if _, err := b.Reserve(ctx, "api", lim, 1); err != nil {
 			t.Fatal(err)
 		}
 		r, err := b.Reserve(ctx, "api", lim, 1)
-		if err != nil || !r.OK || r.Delay < 3*time.Second {
-			t.Fatalf("second slot: %+v, %v; want one about 4s away", r, err)
+		if err != nil || !r.OK || r.Delay < 50*time.Second {
+			t.Fatalf("second slot: %+v, %v; want one about a minute away", r, err)
 		}
 		type result struct {
 			ok  bool
@@ -182,7 +192,7 @@ func TestPauseStopsTheFleet(t *testing.T) {
 			ok, err := b.await(ctx, r)
 			done <- result{ok, err}
 		}()
-		if _, err := a.Pause(ctx, "api", lim, 10*time.Second); err != nil {
+		if _, err := a.Pause(ctx, "api", lim, 3*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		res := <-done

@@ -111,8 +111,8 @@ func TestWaitAfterAPauseOnTheInjectedClock(t *testing.T) {
 		if err != nil || r.Delay != 0 {
 			t.Fatalf("Wait after the pause: %v, %v (after %v); want the slot due at once", r, err, took)
 		}
-		if took > time.Second {
-			t.Fatalf("Wait after the pause took %v; the first slot was due at once", took)
+		if took >= 30*time.Second {
+			t.Fatalf("Wait after the pause took %v: it waited for the pause to end in real time", took)
 		}
 		if n := slotsSincePause(t, th, "api", lim); n != 5 {
 			// The pause leaves Burst-1 intervals booked, so one slot

@@ -32,7 +32,6 @@ import (
 
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/queue"
 )
 
@@ -488,7 +487,7 @@ func (a *api) firstCallAfter(t time.Time) (time.Time, bool) {
 func checkQuota(t *testing.T, a *api, quota, tolerance int) {
 	t.Helper()
 	c := a.fake.Counts()
-	most := pacestat.MaxInWindow(a.fake.Arrivals(), time.Second)
+	most := downstreamtest.MaxInWindow(a.fake.Arrivals(), time.Second)
 	t.Logf("downstream: %d calls, %d OK, %d refused (429), most in one second %d (quota %d + tolerance %d), most in flight %d",
 		c.Total, c.OK, c.Limited, most, quota, tolerance, c.MaxInFlight)
 	if c.Limited != 0 {

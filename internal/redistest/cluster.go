@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,11 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// clusterTimeout bounds the forming of a cluster, and WaitHealthy.
-const clusterTimeout = 20 * time.Second
+// slotStarts are the first slots of the three masters, and the end.
+var slotStarts = [4]int{0, 5461, 10923, 16384}
 
-// slotRanges are the slots of the three masters, in node order.
-var slotRanges = [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+// probeKeys are keys in the slots of each master, in node order: the hash
+// tags b, c and a are in slots 3300, 7365 and 15495.
+var probeKeys = [3]string{"redistest:{b}", "redistest:{c}", "redistest:{a}"}
 
 // Cluster is a Redis Cluster of three masters and no replicas, each a
 // redis-server on 127.0.0.1, that together serve all 16384 slots: Node(0)
@@ -26,288 +26,161 @@ var slotRanges = [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 // no password and no persistence; their nodes.conf keeps their identity and
 // slots across Restart.
 type Cluster struct {
-	nodes  []*Server
-	probes []string // one key per node, in that node's slots
+	nodes [3]*Server
 }
 
-// StartCluster starts a dedicated three-master cluster for tb (skipping tb
-// as Require does when there is no redis-server) and registers a
-// tb.Cleanup that kills it. It returns once every node reports
-// cluster_state:ok and knows the three masters, and a ClusterClient has
-// written and read a key on each node. Failures are fatal to tb. It takes
-// a little over 2 s (each new master waits 2 s before it serves), so tests
-// that need no cluster of their own use SharedCluster.
+// StartCluster starts a dedicated cluster for tb (after Require), killed
+// by a tb.Cleanup, and returns once it is healthy: after a little over 2 s
+// (a new master waits 2 s before it serves). Failures are fatal to tb.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	Require(tb)
-	dirs := []string{tb.TempDir(), tb.TempDir(), tb.TempDir()}
-	c, err := newCluster(dirs)
+	c, err := newCluster()
 	if err != nil {
 		tb.Fatalf("%v", err)
-		return nil
 	}
-	tb.Cleanup(c.kill)
+	tb.Cleanup(c.remove)
 	return c
 }
 
-// newCluster starts three cluster-enabled servers, one per directory, and
-// makes them a cluster. On error nothing is left running.
-func newCluster(dirs []string) (*Cluster, error) {
-	// Each fresh master stays in cluster_state:fail for 2 s after it
-	// starts (redis-server's writable delay), so the nodes start together.
-	c := &Cluster{nodes: make([]*Server, len(dirs))}
-	errs := make([]error, len(dirs))
+// newCluster starts three cluster-enabled servers together and makes them
+// a cluster. On error nothing is left running.
+func newCluster() (*Cluster, error) {
+	c := &Cluster{}
+	var errs [3]error
 	var wg sync.WaitGroup
-	for i, dir := range dirs {
-		wg.Go(func() { c.nodes[i], errs[i] = launch(Config{}, dir, true) })
+	for i := range c.nodes {
+		wg.Go(func() { c.nodes[i], errs[i] = launch(Config{}, true) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		c.kill()
-		return nil, err
+	err := errors.Join(errs[:]...)
+	if err == nil {
+		err = c.form()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	if err := c.form(ctx); err != nil {
-		c.kill()
+	if err != nil {
+		c.remove()
 		return nil, err
 	}
 	return c, nil
 }
 
-// kill kills every node and releases their ports.
-func (c *Cluster) kill() {
+// remove kills every node and deletes its data.
+func (c *Cluster) remove() {
 	for _, n := range c.nodes {
-		if n == nil {
-			continue
+		if n != nil {
+			_ = n.Kill()
+			n.remove()
 		}
-		_ = n.Kill()
-		release(n.port, true)
 	}
 }
 
 // Addrs returns the addresses of the three masters, in node order.
 func (c *Cluster) Addrs() []string {
-	a := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		a[i] = n.Addr()
-	}
-	return a
+	return []string{c.nodes[0].Addr(), c.nodes[1].Addr(), c.nodes[2].Addr()}
 }
 
-// Node returns master i (0, 1 or 2), e.g. to Kill or Restart it. It
-// panics when i is out of range.
+// Node returns master i (0, 1 or 2), e.g. to Kill or Restart it.
 func (c *Cluster) Node(i int) *Server { return c.nodes[i] }
-
-// Options returns new cluster client options for the cluster: the
-// masters' addresses. Callers may change them before
-// redis.NewClusterClient.
-func (c *Cluster) Options() *redis.ClusterOptions {
-	return &redis.ClusterOptions{Addrs: c.Addrs()}
-}
 
 // Client returns a new cluster client, closed when tb's test ends.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cc := redis.NewClusterClient(c.Options())
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
-// WaitHealthy waits, for at most 20 s, until the cluster is whole again
-// (e.g. after Node(i).Restart): every node reports cluster_state:ok and
-// sees the three masters connected, and a cluster client can write and
-// read a key on each node. A restarted master reports ok only about 2 s
-// after it starts (redis-server's rejoin delay). Failures are fatal to tb.
+// WaitHealthy waits, for at most 20 s, until the cluster is whole (e.g.
+// after Node(i).Restart; a restarted master serves again about 2 s later):
+// see health. Failures are fatal to tb.
 func (c *Cluster) WaitHealthy(tb testing.TB) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.waitHealthy(ctx); err != nil {
 		tb.Fatalf("%v", err)
 	}
 }
 
-// form assigns the slots, introduces the nodes to each other and waits
-// until the cluster is healthy.
-func (c *Cluster) form(ctx context.Context) error {
-	clients := make([]*redis.Client, len(c.nodes))
+// form assigns the slots, has every pair of nodes meet (gossip alone
+// takes seconds longer) and waits until the cluster is healthy.
+func (c *Cluster) form() error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	for i, n := range c.nodes {
-		clients[i] = redis.NewClient(probeOptions(n.Addr(), ""))
-		defer clients[i].Close()
-	}
-	for i, cl := range clients {
-		lo, hi := slotRanges[i][0], slotRanges[i][1]
-		err := cl.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", lo, hi).Err()
-		if err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown subcommand") {
-			// Before Redis 7.0: list the slots one by one.
-			args := []any{"CLUSTER", "ADDSLOTS"}
-			for slot := lo; slot <= hi; slot++ {
-				args = append(args, slot)
-			}
-			err = cl.Do(ctx, args...).Err()
+		args := []any{"CLUSTER", "ADDSLOTS"}
+		for slot := slotStarts[i]; slot < slotStarts[i+1]; slot++ {
+			args = append(args, slot)
 		}
+		cl := probeClient(n.Addr())
+		err := cl.Do(ctx, args...).Err()
+		for _, m := range c.nodes[i+1:] {
+			if err == nil {
+				err = cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(m.port)).Err()
+			}
+		}
+		cl.Close()
 		if err != nil {
-			return fmt.Errorf("redistest: assigning slots %d-%d to %s: %w", lo, hi, c.nodes[i].Addr(), err)
+			return fmt.Errorf("redistest: forming the cluster at %s: %w", n.Addr(), err)
 		}
-	}
-	// Every pair meets directly: waiting for the nodes to discover each
-	// other through gossip takes seconds longer.
-	for i, cl := range clients {
-		for _, n := range c.nodes[i+1:] {
-			if err := cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(n.port)).Err(); err != nil {
-				return fmt.Errorf("redistest: CLUSTER MEET %s from %s: %w", n.Addr(), c.nodes[i].Addr(), err)
-			}
-		}
-	}
-	if err := c.findProbes(ctx, clients[0]); err != nil {
-		return err
 	}
 	return c.waitHealthy(ctx)
 }
 
-// findProbes picks, for each node, a key that hashes into its slots (the
-// server computes the slot: CLUSTER KEYSLOT).
-func (c *Cluster) findProbes(ctx context.Context, cl *redis.Client) error {
-	c.probes = make([]string, len(c.nodes))
-	missing := len(c.nodes)
-	for i := 0; missing > 0; i++ {
-		if i == 1000 {
-			return errors.New("redistest: found no probe key for some node in 1000 tries")
-		}
-		key := fmt.Sprintf("redistest:probe:%d", i)
-		slot, err := cl.ClusterKeySlot(ctx, key).Result()
-		if err != nil {
-			return fmt.Errorf("redistest: CLUSTER KEYSLOT: %w", err)
-		}
-		for n, r := range slotRanges {
-			if int(slot) >= r[0] && int(slot) <= r[1] && c.probes[n] == "" {
-				c.probes[n] = key
-				missing--
-			}
-		}
-	}
-	return nil
-}
-
-// waitHealthy polls until every node is healthy (nodeHealth) and a cluster
-// client writes and reads each probe key on the node that owns it, or ctx
-// ends.
+// waitHealthy polls health until it passes or ctx ends.
 func (c *Cluster) waitHealthy(ctx context.Context) error {
-	var last error
-	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		last = c.checkHealth(ctx)
-		if last == nil {
+	for {
+		err := c.health(ctx)
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redistest: cluster %v not healthy within %v: %w", c.Addrs(), clusterTimeout, last)
-		case <-time.After(wait):
+			return fmt.Errorf("redistest: cluster %v not healthy within %v: %w", c.Addrs(), timeout, err)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// checkHealth returns nil when the cluster is healthy, or what is not. Its
-// clients are new each time (see probeOptions).
-func (c *Cluster) checkHealth(ctx context.Context) error {
-	clients := make([]*redis.Client, len(c.nodes))
-	for i, n := range c.nodes {
-		if err := listening(n.Addr()); err != nil {
+// health returns nil when every node sees the whole cluster (state ok,
+// every slot served, three connected masters and nothing else) and a
+// cluster client writes a key on each master; otherwise what is wrong.
+func (c *Cluster) health(ctx context.Context) error {
+	for _, n := range c.nodes {
+		cl := probeClient(n.Addr())
+		info, err := cl.ClusterInfo(ctx).Result()
+		nodes, err2 := cl.ClusterNodes(ctx).Result()
+		cl.Close()
+		if err = errors.Join(err, err2); err != nil {
 			return fmt.Errorf("node %s: %w", n.Addr(), err)
 		}
-		clients[i] = redis.NewClient(probeOptions(n.Addr(), ""))
-		defer clients[i].Close()
-	}
-	for i, cl := range clients {
-		if err := nodeHealth(ctx, cl, len(c.nodes)); err != nil {
-			return fmt.Errorf("node %s: %w", c.nodes[i].Addr(), err)
-		}
-	}
-	po := probeOptions("", "")
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                    c.Addrs(),
-		Protocol:                 po.Protocol,
-		DialTimeout:              po.DialTimeout,
-		DialerRetries:            po.DialerRetries,
-		ReadTimeout:              po.ReadTimeout,
-		WriteTimeout:             po.WriteTimeout,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: po.MaintNotificationsConfig,
-	})
-	defer cc.Close()
-	for i, key := range c.probes {
-		if err := probe(ctx, cc, clients[i], key); err != nil {
-			return fmt.Errorf("routing to %s: %w", c.nodes[i].Addr(), err)
-		}
-	}
-	return nil
-}
-
-// nodeHealth checks one node's view: cluster_state:ok, every slot served,
-// and masters known nodes, all of them connected masters.
-func nodeHealth(ctx context.Context, cl *redis.Client, masters int) error {
-	info, err := cl.ClusterInfo(ctx).Result()
-	if err != nil {
-		return err
-	}
-	want := [][2]string{
-		{"cluster_state", "ok"},
-		{"cluster_slots_assigned", "16384"},
-		{"cluster_slots_ok", "16384"},
-		{"cluster_known_nodes", strconv.Itoa(masters)},
-		{"cluster_size", strconv.Itoa(masters)},
-	}
-	for _, kv := range want {
-		if got := infoField(info, kv[0]); got != kv[1] {
-			return fmt.Errorf("CLUSTER INFO %s:%s, want %s", kv[0], got, kv[1])
-		}
-	}
-	nodes, err := cl.ClusterNodes(ctx).Result()
-	if err != nil {
-		return err
-	}
-	ok := 0
-	for line := range strings.Lines(nodes) {
-		// <id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slots>...
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		flags := strings.Split(f[2], ",")
-		healthy := f[7] == "connected"
-		for _, fl := range flags {
-			switch fl {
-			case "fail", "fail?", "handshake", "noaddr":
-				healthy = false
+		for _, want := range []string{"cluster_state:ok", "cluster_slots_ok:16384", "cluster_known_nodes:3", "cluster_size:3"} {
+			if !strings.Contains(info+"\r\n", want+"\r\n") {
+				return fmt.Errorf("node %s: CLUSTER INFO lacks %s:\n%s", n.Addr(), want, info)
 			}
 		}
-		if healthy && slices.Contains(flags, "master") {
-			ok++
+		if strings.Count(nodes, " connected") != 3 || strings.Contains(nodes, "fail") ||
+			strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
+			return fmt.Errorf("node %s: CLUSTER NODES:\n%s", n.Addr(), nodes)
 		}
 	}
-	if ok != masters {
-		return fmt.Errorf("CLUSTER NODES shows %d connected masters, want %d:\n%s", ok, masters, strings.TrimSpace(nodes))
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), Protocol: 2, DisableIdentity: true,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	defer cc.Close()
+	for i, key := range probeKeys {
+		if err := cc.Set(ctx, key, "ok", time.Minute).Err(); err != nil {
+			return fmt.Errorf("writing to %s: %w", c.nodes[i].Addr(), err)
+		}
+		cc.Del(ctx, key)
 	}
 	return nil
 }
 
-// probe writes key through the cluster client, reads it back, checks that
-// node (the owner of its slot) holds it, and deletes it.
-func probe(ctx context.Context, cc *redis.ClusterClient, node *redis.Client, key string) error {
-	if err := cc.Set(ctx, key, "ok", time.Minute).Err(); err != nil {
-		return err
-	}
-	defer cc.Del(ctx, key)
-	if v, err := cc.Get(ctx, key).Result(); err != nil || v != "ok" {
-		return fmt.Errorf("GET %s: %q, %v", key, v, err)
-	}
-	n, err := node.Exists(ctx, key).Result()
-	if err != nil {
-		return err
-	}
-	if n != 1 {
-		return fmt.Errorf("%s was written elsewhere than on its slot's node", key)
-	}
-	return nil
+// probeClient returns a client for one of the harness's checks: no
+// retries, short timeouts, no optional handshake. Each check makes a new
+// one: a go-redis pool whose dial failed answers with that failure,
+// without dialling, for up to a second.
+func probeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 }

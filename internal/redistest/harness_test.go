@@ -37,10 +37,10 @@ func TestStandaloneStartPingStop(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if s.Running() {
-		t.Fatal("Running after Stop")
+	if !s.proc.exited() {
+		t.Fatal("running after Stop")
 	}
-	if listening(s.Addr()) == nil {
+	if _, err := freePort(s.Port()); err != nil {
 		t.Fatal("the port accepts connections after Stop")
 	}
 	if err := s.Stop(); err != nil {
@@ -77,8 +77,8 @@ func TestRestartKeepsAppendOnlyData(t *testing.T) {
 	if err := s.Kill(); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if listening(s.Addr()) == nil {
-		t.Fatal("the port accepts connections after Kill")
+	if _, err := freePort(s.Port()); err != nil {
+		t.Fatal("the port is still bound after Kill")
 	}
 	s.Restart(t)
 	if s.Port() != port {
@@ -96,7 +96,7 @@ func TestRestartKeepsAppendOnlyData(t *testing.T) {
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v2" {
 		t.Fatalf("after Restart: GET k = %q, %v; want v2", v, err)
 	}
-	if log, err := os.ReadFile(s.Dir() + "/" + logName); err != nil || strings.Count(string(log), "--- redistest:") != 3 {
+	if log, err := os.ReadFile(s.dir + "/" + logName); err != nil || strings.Count(string(log), "Ready to accept connections") != 3 {
 		t.Fatalf("log of three starts: %v\n%s", err, log)
 	}
 }
@@ -106,7 +106,7 @@ func TestRestartKeepsAppendOnlyData(t *testing.T) {
 func TestStartErrorQuotesTheLog(t *testing.T) {
 	t.Parallel()
 	Require(t)
-	_, err := launch(Config{Args: []string{"--no-such-directive", "1"}}, t.TempDir(), false)
+	_, err := launch(Config{Args: []string{"--no-such-directive", "1"}}, false)
 	if err == nil || !strings.Contains(err.Error(), "no-such-directive") || errors.Is(err, errPortTaken) {
 		t.Fatalf("launch with a bad directive: %v; want an error quoting the log", err)
 	}
@@ -128,7 +128,7 @@ func TestPortTakenIsDetected(t *testing.T) {
 	if err := s.start(); !errors.Is(err, errPortTaken) {
 		t.Fatalf("start on a port held by a listener: %v; want errPortTaken", err)
 	}
-	if s.Running() {
+	if !s.proc.exited() {
 		t.Fatal("the failed server is still running")
 	}
 
@@ -325,8 +325,8 @@ func (f *fakeTB) run(fn func(testing.TB)) {
 // or fails under SLUICE_REQUIRE_REDIS=1, and starts nothing.
 func TestMissingBinary(t *testing.T) {
 	t.Setenv(EnvServer, "/nonexistent/redis-server")
-	if Available() {
-		t.Fatal("Available() with a missing SLUICE_REDIS_SERVER")
+	if _, err := lookup(); err == nil {
+		t.Fatal("redis-server found with a missing SLUICE_REDIS_SERVER")
 	}
 	const want = "redis-server not found; install it (apt-get install redis-server) or set SLUICE_REDIS_SERVER"
 
@@ -360,16 +360,16 @@ func TestBinaryFromEnv(t *testing.T) {
 		t.Skip("no redis-server on the PATH")
 	}
 	t.Setenv(EnvServer, path)
-	if !Available() {
-		t.Fatalf("Available() = false with %s=%s", EnvServer, path)
+	if got, err := lookup(); got != path || err != nil {
+		t.Fatalf("lookup() = %q, %v with %s=%s", got, err, EnvServer, path)
 	}
 	t.Setenv("PATH", t.TempDir())
-	if !Available() {
-		t.Fatalf("Available() = false with %s=%s and a PATH without redis-server", EnvServer, path)
+	if got, err := lookup(); got != path || err != nil {
+		t.Fatalf("lookup() = %q, %v with %s=%s and a PATH without redis-server", got, err, EnvServer, path)
 	}
 	t.Setenv(EnvServer, "")
-	if Available() {
-		t.Fatal("Available() = true with neither the variable nor redis-server on the PATH")
+	if _, err := lookup(); err == nil {
+		t.Fatal("redis-server found with neither the variable nor redis-server on the PATH")
 	}
 }
 
@@ -386,11 +386,11 @@ func TestLaunchOutsideATest(t *testing.T) {
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	dir := s.Dir()
+	dir := s.dir
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Running() {
+	if !s.proc.exited() {
 		t.Error("running after stop")
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {

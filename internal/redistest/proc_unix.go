@@ -1,18 +1,20 @@
-//go:build unix && !linux
+//go:build unix
 
 package redistest
 
 import (
-	"os/exec"
+	"os"
 	"syscall"
 )
 
-// sysProcAttr puts redis-server in its own process group. This system has
-// no parent-death signal: a server outlives a test binary that dies
-// without running Main or its cleanups.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true}
-}
+// terminate asks redis-server to shut down gracefully.
+func terminate(p *os.Process) error { return p.Signal(syscall.SIGTERM) }
 
-// spawn starts cmd.
-func spawn(cmd *exec.Cmd) error { return cmd.Start() }
+// KillProcess SIGKILLs a process started by StartProcess and its process
+// group (for redis-server, a child forked for BGSAVE or an AOF rewrite).
+// The process must not have been reaped yet.
+func KillProcess(p *os.Process) {
+	if err := syscall.Kill(-p.Pid, syscall.SIGKILL); err != nil {
+		_ = p.Kill()
+	}
+}

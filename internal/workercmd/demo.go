@@ -42,7 +42,7 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	defer closeRedis()
 	quota := o.demoRate
-	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(quota)})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: int(quota)})
 	defer fake.Close()
 	base, _ := url.Parse(fake.URL() + "/api/")
 	lim := throttle.Limit{Name: "demo-api", Rate: quota, Per: time.Second, MaxWait: 2 * time.Second}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // child is a process the benchmark started: a worker, the API or the busy
@@ -34,8 +36,7 @@ func startChild(name, logPath, bin string, args ...string) (*child, error) {
 	c := &child{name: name, cmd: exec.Command(bin, args...), logf: f, done: make(chan struct{})}
 	c.out = &lineWatch{w: f}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	c.cmd.SysProcAttr = childAttr()
-	if err := spawn(c.cmd); err != nil {
+	if err := redistest.StartProcess(c.cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
@@ -91,7 +92,7 @@ func (c *child) stop(grace time.Duration) error {
 		return c.err
 	case <-time.After(grace):
 	}
-	killGroup(c.cmd.Process.Pid)
+	redistest.KillProcess(c.cmd.Process)
 	<-c.done
 	return fmt.Errorf("%s: no exit %v after SIGTERM; killed", c.name, grace)
 }
@@ -99,7 +100,7 @@ func (c *child) stop(grace time.Duration) error {
 // kill kills the process group at once and waits for the exit.
 func (c *child) kill() {
 	if !c.exited() {
-		killGroup(c.cmd.Process.Pid)
+		redistest.KillProcess(c.cmd.Process)
 	}
 	<-c.done
 }

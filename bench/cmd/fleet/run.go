@@ -72,7 +72,7 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 	}
 	e.logf("built cmd/worker and cmd/enqueue in %v", time.Since(t0).Round(time.Millisecond))
 
-	srv, stopRedis, err := redistest.Launch(redistest.Config{Args: []string{"--save", "", "--appendonly", "no"}})
+	srv, stopRedis, err := redistest.Launch(redistest.Config{})
 	if err != nil {
 		return e, err
 	}
@@ -244,10 +244,9 @@ func (e *env) enqueueJobs(ctx context.Context, policy string, files []string) er
 	for i, f := range files {
 		wg.Go(func() {
 			cmd := exec.CommandContext(ctx, e.enqueue, "-policy", policy, "-redis", "redis://"+e.redisAddr+"/0", "-q", "-f", f)
-			cmd.SysProcAttr = childAttr()
 			var stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = io.Discard, &stderr // stdout: "accepted <line> <id>" per job
-			if err := spawn(cmd); err != nil {
+			if err := redistest.StartProcess(cmd); err != nil {
 				errs[i] = err
 				return
 			}

@@ -71,7 +71,6 @@ import (
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 	"github.com/sluicehq/sluice/bench/internal/sysstat"
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
-	"github.com/sluicehq/sluice/internal/pacestat"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -321,7 +320,7 @@ func run(ctx context.Context, o options) ([][]*row, error) {
 // a flushed Redis.
 func runOnce(ctx context.Context, o options, addr string, rdb *redis.Client, a approach, q int64) (*segment, error) {
 	tolerance := max(2, int(math.Ceil(float64(q)/100)))
-	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(q), Tolerance: tolerance})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: int(q), Tolerance: tolerance})
 	defer fake.Close()
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		return nil, err
@@ -435,7 +434,7 @@ func runOnce(ctx context.Context, o options, addr string, rdb *redis.Client, a a
 // measure computes a run's figures from its arrivals and samples.
 func (s *segment) measure(o options, q int64, tolerance int, samples [2]redisinfo.Snapshot) {
 	arr := s.arrivals
-	s.refused = benchstat.Refused(arr, float64(q), tolerance)
+	s.refused = benchstat.Refused(arr, int(q), tolerance)
 	if n := benchstat.CountTrue(s.refused, 0, len(s.refused)); n != s.allLimited || len(arr) != s.allCalls {
 		s.notes = append(s.notes, fmt.Sprintf("a replay of the server's rule finds %d refused of %d arrivals, the server counted %d of %d",
 			n, len(arr), s.allLimited, s.allCalls))
@@ -449,9 +448,9 @@ func (s *segment) measure(o options, q int64, tolerance int, samples [2]redisinf
 	for _, w := range s.workers {
 		s.sentCmds += w.CmdsAtHi - w.CmdsAtLo
 	}
-	s.sentCalls = pacestat.Count(arr, s.start.Add(o.trim), s.start.Add(o.duration-o.trim))
+	s.sentCalls = benchstat.Count(arr, s.start.Add(o.trim), s.start.Add(o.duration-o.trim))
 	s.server = delta(samples[0], samples[1])
-	s.srvCalls = pacestat.Count(arr, s.server.from, s.server.to)
+	s.srvCalls = benchstat.Count(arr, s.server.from, s.server.to)
 	for _, w := range s.workers {
 		if w.LateStart > 0 {
 			s.notes = append(s.notes, fmt.Sprintf("worker %d was ready %v after the start", w.Proc, w.LateStart))
@@ -486,8 +485,8 @@ func (r *row) pool() {
 		r.calls += len(in)
 		r.limited += limited
 		accepted += len(in) - limited
-		r.max1s = max(r.max1s, pacestat.MaxInWindow(in, time.Second))
-		r.max100 = max(r.max100, pacestat.MaxInWindow(in, 100*time.Millisecond))
+		r.max1s = max(r.max1s, downstreamtest.MaxInWindow(in, time.Second))
+		r.max100 = max(r.max100, downstreamtest.MaxInWindow(in, 100*time.Millisecond))
 		gaps.Add(in)
 	}
 	if r.secs > 0 {

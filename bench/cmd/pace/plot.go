@@ -12,7 +12,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/sluicehq/sluice/internal/pacestat"
+	benchstat "github.com/sluicehq/sluice/bench/internal/pacestat"
 )
 
 const bin = 100 * time.Millisecond
@@ -78,7 +78,7 @@ func panel(p *plot.Plot, r *row, run time.Duration) error {
 	var lines []plotter.XYs
 	span := run + time.Second
 	for k, s := range r.segs {
-		counts := pacestat.Buckets(s.arrivals, s.start, bin)
+		counts := benchstat.Buckets(s.arrivals, s.start, bin)
 		if len(counts) > 0 {
 			counts = counts[:len(counts)-1] // the last bin is cut short by the end of the run
 		}

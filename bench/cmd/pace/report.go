@@ -7,7 +7,7 @@ import (
 	"time"
 
 	benchstat "github.com/sluicehq/sluice/bench/internal/pacestat"
-	"github.com/sluicehq/sluice/internal/pacestat"
+	"github.com/sluicehq/sluice/downstream/downstreamtest"
 )
 
 // printQuota prints one quota's table, issue 3's targets for sluice, and
@@ -81,8 +81,8 @@ func printQuota(o options, q int64, rows []*row) {
 			}
 			in := s.arrivals[s.window.Lo:s.window.Hi]
 			fmt.Fprintf(out, "\n- %s%s: %d 429s, gap CV %.3f, max in 100 ms %d; stalls: downstream %s; workers %s; Redis PING %s",
-				r.a.label, round, benchstat.CountTrue(s.refused, s.window.Lo, s.window.Hi), pacestat.GapCV(in),
-				pacestat.MaxInWindow(in, 100*time.Millisecond), s.parent, worst, s.redis)
+				r.a.label, round, benchstat.CountTrue(s.refused, s.window.Lo, s.window.Hi), benchstat.GapCV(in),
+				downstreamtest.MaxInWindow(in, 100*time.Millisecond), s.parent, worst, s.redis)
 		}
 	}
 	fmt.Fprintf(out, "\n")

@@ -126,7 +126,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 
 	addr := o.addr
 	if addr == "" {
-		srv, stopRedis, err := redistest.Launch(redistest.Config{Args: []string{"--save", "", "--appendonly", "no"}})
+		srv, stopRedis, err := redistest.Launch(redistest.Config{})
 		if err != nil {
 			return false, err
 		}
@@ -143,7 +143,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	// second's calls: the soak is about growth, and on a shared 2-core
 	// machine scheduler stalls alone bunch calls by tens of milliseconds
 	// (cmd/pace measures the pacing itself against that floor).
-	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: float64(o.quota), Tolerance: max(2, o.quota/20)})
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: o.quota, Tolerance: max(2, o.quota/20)})
 	defer fake.Close()
 
 	listen, err := freeAddr()

@@ -3,12 +3,12 @@ package pacestat
 import (
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
-	rootstat "github.com/sluicehq/sluice/internal/pacestat"
 )
 
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -61,8 +61,8 @@ func TestGapsPooled(t *testing.T) {
 	// standard deviation 1.
 	one := at(0, 1, 4, 5, 8)
 	g.Add(one)
-	if cv := g.CV(); math.Abs(cv-0.5) > 1e-12 || math.Abs(cv-rootstat.GapCV(one)) > 1e-12 {
-		t.Fatalf("CV %v, want 0.5 (GapCV %v)", cv, rootstat.GapCV(one))
+	if cv := g.CV(); math.Abs(cv-0.5) > 1e-12 || math.Abs(cv-GapCV(one)) > 1e-12 {
+		t.Fatalf("CV %v, want 0.5 (GapCV %v)", cv, GapCV(one))
 	}
 	// Pooled over two runs, the pause between them is not a gap.
 	g = Gaps{}
@@ -141,5 +141,119 @@ func TestQuantile(t *testing.T) {
 	}
 	if q := Quantile(nil, 0.5); q != 0 {
 		t.Fatalf("empty %v", q)
+	}
+}
+
+// ms returns arrivals at the given offsets in milliseconds.
+func ms(offsets ...float64) []time.Time { return at(offsets...) }
+
+// atMs returns the time o milliseconds after t0.
+func atMs(o int) time.Time { return t0.Add(time.Duration(o) * time.Millisecond) }
+
+func TestGapCV(t *testing.T) {
+	steps := []struct {
+		name     string
+		arrivals []time.Time
+		want     float64 // NaN: undefined
+	}{
+		{"nil", nil, math.NaN()},
+		{"empty", ms(), math.NaN()},
+		{"one", ms(7), math.NaN()},
+		{"two at once", ms(7, 7), math.NaN()},
+		{"all at once", ms(3, 3, 3), math.NaN()},
+		{"two", ms(0, 100), 0},
+		{"even", ms(0, 100, 200, 300, 400), 0},
+		// Gaps 100 and 300: mean 200, population stddev 100.
+		{"uneven pair", ms(0, 100, 400), 0.5},
+		// Gaps 0 and 200: mean 100, stddev 100.
+		{"double then gap", ms(0, 0, 200), 1},
+		// Gaps 0, 0, 0, 400: mean 100, stddev sqrt((3*100^2+300^2)/4) = sqrt(30000).
+		{"burst of four then one", ms(0, 0, 0, 0, 400), math.Sqrt(30000) / 100},
+		// Gaps 10, 30, 10, 30: mean 20, stddev 10.
+		{"alternating", ms(0, 10, 40, 50, 80), 0.5},
+	}
+	for _, s := range steps {
+		got := GapCV(s.arrivals)
+		switch {
+		case math.IsNaN(s.want):
+			if !math.IsNaN(got) {
+				t.Errorf("%s: GapCV = %v, want NaN", s.name, got)
+			}
+		case math.Abs(got-s.want) > 1e-12:
+			t.Errorf("%s: GapCV = %v, want %v", s.name, got, s.want)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	a := ms(0, 100, 250, 250, 500, 999, 1000, 1500)
+	steps := []struct {
+		name     string
+		from, to time.Time
+		count    int
+	}{
+		{"whole second", atMs(0), atMs(1000), 6},
+		{"from is inclusive, to exclusive", atMs(250), atMs(1000), 4},
+		{"to includes the edge one later", atMs(250), atMs(1001), 5},
+		{"before everything", atMs(-1000), atMs(0), 0},
+		{"after everything", atMs(1501), atMs(3000), 0},
+		{"all", atMs(-500), atMs(1500 + 1), 8},
+		{"empty interval", atMs(250), atMs(250), 0},
+		{"reversed interval", atMs(1000), atMs(0), 0},
+		{"two seconds", atMs(0), atMs(2000), 8},
+	}
+	for _, s := range steps {
+		if got := Count(a, s.from, s.to); got != s.count {
+			t.Errorf("%s: Count = %d, want %d", s.name, got, s.count)
+		}
+	}
+	if got := Count(ms(), atMs(0), atMs(1000)); got != 0 {
+		t.Errorf("Count(empty) = %v, want 0", got)
+	}
+}
+
+func TestBuckets(t *testing.T) {
+	const w = 100 * time.Millisecond
+	steps := []struct {
+		name     string
+		arrivals []time.Time
+		start    time.Time
+		width    time.Duration
+		want     []int
+	}{
+		{"nil", nil, atMs(0), w, nil},
+		{"empty", ms(), atMs(0), w, nil},
+		{"zero width", ms(0, 1), atMs(0), 0, nil},
+		{"negative width", ms(0, 1), atMs(0), -w, nil},
+		{"one at start", ms(0), atMs(0), w, []int{1}},
+		{"one later", ms(250), atMs(0), w, []int{0, 0, 1}},
+		{"all before start", ms(0, 50), atMs(100), w, nil},
+		{"some before start", ms(0, 50, 100, 150), atMs(100), w, []int{2}},
+		{"edges go to the next bucket", ms(0, 99, 100, 199, 200), atMs(0), w, []int{2, 2, 1}},
+		{"gap in the middle", ms(0, 10, 350), atMs(0), w, []int{2, 0, 0, 1}},
+		{"start between arrivals", ms(0, 100, 200, 300), atMs(50), w, []int{1, 1, 1}},
+		{"same instant", ms(40, 40, 40), atMs(0), w, []int{3}},
+		{"wide bucket", ms(0, 100, 999, 1000), atMs(0), time.Second, []int{3, 1}},
+	}
+	for _, s := range steps {
+		if got := Buckets(s.arrivals, s.start, s.width); !slices.Equal(got, s.want) || (got == nil) != (s.want == nil) {
+			t.Errorf("%s: Buckets(%v) = %v, want %v", s.name, s.width, got, s.want)
+		}
+	}
+}
+
+// TestMonotonicReadings checks the functions on time.Now readings, which
+// carry the monotonic clock.
+func TestMonotonicReadings(t *testing.T) {
+	base := time.Now()
+	a := []time.Time{base, base.Add(10 * time.Millisecond), base.Add(20 * time.Millisecond), base.Add(30 * time.Millisecond)}
+	if got := GapCV(a); got != 0 {
+		t.Errorf("GapCV = %v, want 0", got)
+	}
+	if got := Count(a, base, base.Add(25*time.Millisecond)); got != 3 {
+		t.Errorf("Count = %v, want 3", got)
+	}
+	if got := Buckets(a, base, 15*time.Millisecond); !slices.Equal(got, []int{2, 1, 1}) {
+		t.Errorf("Buckets = %v, want [2 1 1]", got)
 	}
 }
