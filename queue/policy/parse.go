@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,13 +20,12 @@ import (
 )
 
 // A policy file is read in four steps. The YAML library parses it into a
-// tree of nodes. One pass over the tree (walk) follows its aliases and
-// merge keys, checks every key against the yaml tags of the struct that it
-// is decoded into, and notes where each key is written, by field path. The
-// library then decodes the checked tree into the structs below, whose
-// values are small types that keep where they are written and what is
-// wrong with them. Last, the checks of validate.go turn those into a
-// Config.
+// tree of nodes. One pass over the tree (walk) follows aliases, expands
+// merge keys, checks each key against the yaml tags of the struct below
+// that it fills and each value against its Go type, and notes every key
+// and value by field path. The library decodes the checked tree into the
+// structs. Last, the checks of validate.go make a Config of them, finding
+// the place of each problem by its path.
 
 // Bounds on the work of the pass, so that a small file of aliases cannot
 // make it slow.
@@ -34,8 +34,7 @@ const (
 	// and merge key expanded. A larger file gets two per byte: a file
 	// without aliases never needs that many.
 	nodeBudget = 1_000_000
-	// maxMergedKeys bounds the keys of one mapping that a merge key brings
-	// in.
+	// maxMergedKeys bounds the keys of a mapping that a merge key brings in.
 	maxMergedKeys = 1000
 )
 
@@ -46,47 +45,57 @@ type file struct {
 	Tenants     entries[tenantFile]     `yaml:"tenants"`
 }
 
-// queueFile is the queue section as written.
 type queueFile struct {
-	Name        text     `yaml:"name"`
-	Bound       integer  `yaml:"bound"`
-	TenantBound integer  `yaml:"tenant_bound"`
-	Prefetch    integer  `yaml:"prefetch"`
-	MaxPayload  size     `yaml:"max_payload"`
-	Retention   duration `yaml:"retention"`
+	Name        string        `yaml:"name"`
+	Bound       int64         `yaml:"bound"`
+	TenantBound int64         `yaml:"tenant_bound"`
+	Prefetch    int64         `yaml:"prefetch"`
+	MaxPayload  byteSize      `yaml:"max_payload"`
+	Retention   time.Duration `yaml:"retention"`
 }
 
-// downstreamFile is one entry of the downstreams section as written.
 type downstreamFile struct {
-	BaseURL     text          `yaml:"base_url"`
-	Rate        integer       `yaml:"rate"`
-	Per         duration      `yaml:"per"`
-	Burst       integer       `yaml:"burst"`
-	Also        []rateFile    `yaml:"also"`
-	MaxWait     duration      `yaml:"max_wait"`
-	Concurrency integer       `yaml:"concurrency"`
-	Lease       duration      `yaml:"lease"`
-	PerTenant   boolean       `yaml:"per_tenant"`
-	Timeout     duration      `yaml:"timeout"`
-	Headers     entries[text] `yaml:"headers"`
+	BaseURL     string          `yaml:"base_url"`
+	Rate        int64           `yaml:"rate"`
+	Per         time.Duration   `yaml:"per"`
+	Burst       int64           `yaml:"burst"`
+	Also        []rateFile      `yaml:"also"`
+	MaxWait     time.Duration   `yaml:"max_wait"`
+	Concurrency int64           `yaml:"concurrency"`
+	Lease       time.Duration   `yaml:"lease"`
+	PerTenant   bool            `yaml:"per_tenant"`
+	Timeout     time.Duration   `yaml:"timeout"`
+	Headers     entries[string] `yaml:"headers"`
 }
 
-// rateFile is one item of a downstream's also list as written.
 type rateFile struct {
-	Rate   integer  `yaml:"rate"`
-	Per    duration `yaml:"per"`
-	Burst  integer  `yaml:"burst"`
-	Counts text     `yaml:"counts"`
+	Rate   int64         `yaml:"rate"`
+	Per    time.Duration `yaml:"per"`
+	Burst  int64         `yaml:"burst"`
+	Counts string        `yaml:"counts"`
 }
 
-// tenantFile is one entry of the tenants section as written.
 type tenantFile struct {
-	Algorithm text     `yaml:"algorithm"`
-	Limit     integer  `yaml:"limit"`
-	Period    duration `yaml:"period"`
-	Burst     integer  `yaml:"burst"`
-	Weight    integer  `yaml:"weight"`
-	Class     text     `yaml:"class"`
+	Algorithm string        `yaml:"algorithm"`
+	Limit     int64         `yaml:"limit"`
+	Period    time.Duration `yaml:"period"`
+	Burst     int64         `yaml:"burst"`
+	Weight    int64         `yaml:"weight"`
+	Class     string        `yaml:"class"`
+}
+
+// byteSize is a number of bytes, written with an optional B, KiB or MiB
+// suffix.
+type byteSize int64
+
+func (b byteSize) String() string {
+	switch {
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", int64(b))
 }
 
 // entries is a mapping from names to T, in the order of the file.
@@ -112,16 +121,21 @@ func (e *entries[T]) UnmarshalYAML(n *yaml.Node) error {
 
 func (entries[T]) valueType() reflect.Type { return reflect.TypeFor[T]() }
 
-// spot is where a node is written: line and column, from 1.
-type spot struct{ line, col int }
+// namedValues is what entries of any type have: the type of their values.
+type namedValues interface{ valueType() reflect.Type }
 
-func spotOf(n *yaml.Node) spot { return spot{n.Line, n.Column} }
+var (
+	namedType    = reflect.TypeFor[namedValues]()
+	durationType = reflect.TypeFor[time.Duration]()
+	sizeType     = reflect.TypeFor[byteSize]()
+	null         = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"} // in place of a value that cannot be used
+)
 
-// place is where a key and its value are written (for an item of a list,
-// the item twice). bad tells that the value is unusable, flawed that the
-// walk found problems in it; both are already reported.
+// place is a key and its value in the file (for an item of a list, the
+// item twice). bad tells that the value cannot be used, flawed that the
+// pass found problems in it; both are reported.
 type place struct {
-	key, val    spot
+	key, val    *yaml.Node
 	bad, flawed bool
 }
 
@@ -134,14 +148,8 @@ type parser struct {
 	errs           ErrorList
 }
 
-func (p *parser) add(at spot, field string, cause error, format string, args ...any) {
-	p.errs = append(p.errs, &Error{Line: max(at.line, 1), Column: at.col, Field: field, Msg: fmt.Sprintf(format, args...), Err: cause})
-}
-
-// has reports whether the file has a key at path, usable or not.
-func (p *parser) has(path string) bool {
-	_, ok := p.keys[path]
-	return ok
+func (p *parser) add(n *yaml.Node, field string, cause error, format string, args ...any) {
+	p.errs = append(p.errs, &Error{Line: max(n.Line, 1), Column: n.Column, Field: field, Msg: fmt.Sprintf(format, args...), Err: cause})
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -155,35 +163,35 @@ func decode(data []byte, budget int) (*Config, ErrorList, int) {
 	err := dec.Decode(&doc)
 	if err == nil {
 		if err = dec.Decode(&next); err == nil {
-			p.add(spotOf(next.Content[0]), "", nil, "a policy file holds one YAML document; remove the second one (after ---)")
+			p.add(next.Content[0], "", nil, "a policy file holds one YAML document; remove the second one (after ---)")
 			return nil, p.errs, 0
 		}
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		msg, at := strings.TrimPrefix(err.Error(), "yaml: "), spot{}
+		msg, at := strings.TrimPrefix(err.Error(), "yaml: "), &yaml.Node{}
 		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
-			at.line, _ = strconv.Atoi(m[1])
+			at.Line, _ = strconv.Atoi(m[1])
 			msg = m[2]
 		}
 		p.add(at, "", err, "not valid YAML: %s", msg)
 		return nil, p.errs, 0
 	}
 	if len(doc.Content) == 0 || doc.Content[0].ShortTag() == "!!null" {
-		p.add(spot{line: 1}, "queue.bound", nil, "required; the file is empty or null")
+		p.add(&yaml.Node{Line: 1}, "queue.bound", nil, "required; the file is empty or null")
 		return nil, p.errs, 0
 	}
 	root := doc.Content[0]
-	p.keys[""] = place{key: spotOf(root), val: spotOf(root)}
+	p.keys[""] = place{key: root, val: root}
+	var f file
 	checked := p.walk(root, reflect.TypeFor[file](), "")
-	if p.over != nil {
+	switch {
+	case p.over != nil:
 		return nil, ErrorList{p.over}, p.visits
-	}
-	if checked == nil {
+	case checked == nil:
 		return nil, p.errs, p.visits
 	}
-	var f file
-	if err := checked.Decode(&f); err != nil {
-		p.add(spotOf(root), "", err, "%v", err) // not expected: the tree was checked
+	if err := checked.Decode(&f); err != nil { // not expected: walk lets through only what the structs hold
+		p.add(root, "", err, "%v", err)
 		return nil, p.errs, p.visits
 	}
 	cfg := p.config(&f)
@@ -204,81 +212,54 @@ func (p *parser) visit(n *yaml.Node, path string) bool {
 	return p.over == nil
 }
 
-var (
-	null        = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"} // in place of a value that cannot be used
-	unmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
-	nameMap     = reflect.TypeFor[namedValues]()
-)
-
-// namedValues is what entries of any type have: the type of their values.
-type namedValues interface{ valueType() reflect.Type }
-
-// walk checks n, the value at path, which is to be decoded into a t: a
-// leaf type (an Unmarshaler), entries, a list or a struct. It returns a
-// tree that the library can decode without surprise: aliases followed,
-// merge keys expanded, only the keys that t has, each once. It returns nil
-// when n cannot be used, the problem reported.
+// walk checks n, the value at path, which is to fill a t: entries, a
+// list, a struct or a leaf (see scalar). It returns a tree that the
+// library decodes without surprise: aliases followed, merge keys
+// expanded, only the keys that t has, each once, leaves in a form the
+// library reads as the checks did. It returns nil when n cannot be used,
+// the problem reported.
 func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 	if !p.visit(n, path) {
 		return nil
 	}
-	entries := t.Implements(nameMap)
-	leaf := !entries && reflect.PointerTo(t).Implements(unmarshaler)
-	list := !entries && t.Kind() == reflect.Slice
+	named := t.Implements(namedType)
 	switch {
-	case n.ShortTag() == "!!null" && (leaf || list):
-		p.add(spotOf(n), path, nil, "has no value")
-		return nil
-	case leaf || n.ShortTag() == "!!null":
-		return n
-	case list:
-		if n.Kind != yaml.SequenceNode {
-			// also, the only list of the file
-			p.add(spotOf(n), path, nil, "must be a list of rates such as [{rate: 1000, per: 1h}], got %s", describe(n))
-			return nil
-		}
-		out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		for i, it := range n.Content {
-			field := fmt.Sprintf("%s[%d]", path, i)
-			before := len(p.errs)
-			v := p.deref(it, field, "an alias names a mapping or list that contains it")
-			if v != nil && v.Kind != yaml.MappingNode {
-				p.add(spotOf(v), field, nil, "must be a mapping of keys to values, got %s", describe(v))
-				v = nil
-			} else if v != nil {
-				v = p.walk(v, t.Elem(), field)
-			}
-			p.keys[field] = place{key: spotOf(it), val: spotOf(it), bad: v == nil, flawed: len(p.errs) > before}
-			out.Content = append(out.Content, cmp.Or(v, null))
-		}
-		return out
+	case !named && t.Kind() != reflect.Slice && t.Kind() != reflect.Struct:
+		return p.scalar(n, t, path)
+	case named && n.ShortTag() == "!!null", t.Kind() == reflect.Struct && n.ShortTag() == "!!null":
+		return n // no entries, no fields
+	case t.Kind() == reflect.Slice && !named:
+		return p.list(n, t, path)
 	case n.Kind != yaml.MappingNode:
-		p.add(spotOf(n), path, nil, "must be a mapping of keys to values, got %s", describe(n))
+		p.add(n, path, nil, "must be a mapping of keys to values, got %s", describe(n))
 		return nil
 	}
 	p.open[n] = true
 	defer delete(p.open, n)
 	var known []string
-	if !entries {
-		for i := range t.NumField() {
-			known = append(known, t.Field(i).Tag.Get("yaml"))
-		}
+	for i := 0; !named && i < t.NumField(); i++ {
+		known = append(known, t.Field(i).Tag.Get("yaml"))
 	}
 	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for _, pr := range p.pairs(n, path, "") {
-		field, ft := join(path, pr.name), reflect.Type(nil)
-		if entries {
+		field, i := join(path, pr.name), slices.Index(known, pr.name)
+		var ft reflect.Type
+		switch {
+		case named:
 			ft = reflect.Zero(t).Interface().(namedValues).valueType()
-		} else if i := indexOf(known, pr.name); i >= 0 {
+		case i >= 0:
 			ft = t.Field(i).Type
-		} else {
-			p.unknown(pr.name, spotOf(pr.key), field, known)
+		case suggest(pr.name, known) != "":
+			p.add(pr.key, field, nil, "unknown field; did you mean %q?", suggest(pr.name, known))
+			continue
+		default:
+			p.add(pr.key, field, nil, "unknown field; expected one of %s", strings.Join(known, ", "))
 			continue
 		}
 		before := len(p.errs)
 		v := p.walk(pr.val, ft, field)
-		p.keys[field] = place{key: spotOf(pr.key), val: spotOf(pr.val), bad: v == nil, flawed: len(p.errs) > before}
-		if v != nil || entries { // an entry's name is checked even when its value is unusable
+		p.keys[field] = place{key: pr.key, val: pr.val, bad: v == nil, flawed: len(p.errs) > before}
+		if v != nil || named { // an entry's name is checked even when its value cannot be used
 			k := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: pr.name}
 			out.Content = append(out.Content, k, cmp.Or(v, null))
 		}
@@ -286,13 +267,30 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 	return out
 }
 
-func indexOf(list []string, s string) int {
-	for i, x := range list {
-		if x == s {
-			return i
+// list checks an also list, the only list of the file.
+func (p *parser) list(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
+	if n.Kind != yaml.SequenceNode {
+		msg := "must be a list of rates such as [{rate: 1000, per: 1h}], got " + describe(n)
+		if n.ShortTag() == "!!null" {
+			msg = "has no value"
 		}
+		p.add(n, path, nil, "%s", msg)
+		return nil
 	}
-	return -1
+	out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for i, it := range n.Content {
+		field, before := fmt.Sprintf("%s[%d]", path, i), len(p.errs)
+		v := p.deref(it, field, "an alias names a mapping or list that contains it")
+		if v != nil && v.Kind != yaml.MappingNode {
+			p.add(v, field, nil, "must be a mapping of keys to values, got %s", describe(v))
+			v = nil
+		} else if v != nil {
+			v = p.walk(v, t.Elem(), field)
+		}
+		p.keys[field] = place{key: it, val: it, bad: v == nil, flawed: len(p.errs) > before}
+		out.Content = append(out.Content, cmp.Or(v, null))
+	}
+	return out
 }
 
 // pair is one key of a mapping, with its value, aliases followed.
@@ -324,12 +322,12 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 		}
 		field := join(path, name)
 		if line, dup := lines[name]; dup {
-			p.add(spotOf(k), field, nil, "defined twice%s: first at line %d, again at line %d", in, line, k.Line)
+			p.add(k, field, nil, "defined twice%s: first at line %d, again at line %d", in, line, k.Line)
 			continue
 		}
 		lines[name] = k.Line
 		if v = p.deref(v, field, "an alias names a mapping or list that contains it"); v == nil {
-			p.keys[field] = place{key: spotOf(k), bad: true}
+			p.keys[field] = place{key: k, val: k, bad: true}
 			continue
 		}
 		out = append(out, pair{name, k, v})
@@ -365,9 +363,9 @@ func (p *parser) mergeSources(v *yaml.Node, path string) []*yaml.Node {
 		switch {
 		case src == nil:
 		case src.Kind != yaml.MappingNode:
-			p.add(spotOf(it), path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
+			p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
 		case len(src.Content)/2 > maxMergedKeys:
-			p.add(spotOf(it), path, nil, "a merge key (<<) may bring in at most %d keys, got %d", maxMergedKeys, len(src.Content)/2)
+			p.add(it, path, nil, "a merge key (<<) may bring in at most %d keys, got %d", maxMergedKeys, len(src.Content)/2)
 		default:
 			out = append(out, src)
 		}
@@ -382,7 +380,7 @@ func (p *parser) deref(n *yaml.Node, path, msg string) *yaml.Node {
 		return n
 	}
 	if p.open[n.Alias] {
-		p.add(spotOf(n), path, nil, "%s", msg)
+		p.add(n, path, nil, "%s", msg)
 		return nil
 	}
 	return n.Alias
@@ -396,168 +394,89 @@ func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
 	}
 	switch {
 	case v.Kind != yaml.ScalarNode:
-		p.add(spotOf(k), path, nil, "keys must be plain values, got %s", describe(v))
+		p.add(k, path, nil, "keys must be plain values, got %s", describe(v))
 	case v.ShortTag() == "!!null":
-		p.add(spotOf(k), path, nil, "a key must not be null (quote it to use %q)", v.Value)
+		p.add(k, path, nil, "a key must not be null (quote it to use %q)", v.Value)
 	case !standardTag(v):
-		p.add(spotOf(k), path, nil, "unsupported tag %s on a key", v.ShortTag())
+		p.add(k, path, nil, "unsupported tag %s on a key", v.ShortTag())
 	default:
 		return v.Value, true
 	}
 	return "", false
 }
 
-// unknown reports a key that is none of known, suggesting the closest.
-func (p *parser) unknown(name string, at spot, field string, known []string) {
-	if s := suggest(name, known); s != "" {
-		p.add(at, field, nil, "unknown field; did you mean %q?", s)
-		return
-	}
-	p.add(at, field, nil, "unknown field; expected one of %s", strings.Join(known, ", "))
-}
-
-// leaf is what each value keeps besides the value: where it is written,
-// whether it is, and why it cannot be used, if it cannot.
-type leaf struct {
-	at  spot
-	set bool
-	bad string
-}
-
-// scalar notes n's place; it reports whether n is a single value with a
-// standard tag.
-func (l *leaf) scalar(n *yaml.Node) bool {
-	l.at, l.set = spotOf(n), true
-	switch {
-	case n.Kind != yaml.ScalarNode:
-		l.bad = "must be a single value, got " + describe(n)
-	case !standardTag(n):
-		l.bad = "unsupported tag " + n.ShortTag()
-	}
-	return l.bad == ""
-}
-
-// text is a value taken as written: strings, and values that YAML would
-// read as numbers or booleans alike.
-type text struct {
-	leaf
-	v    string
-	desc string // describe's, for messages
-}
-
-// UnmarshalYAML reads a single value.
-func (t *text) UnmarshalYAML(n *yaml.Node) error {
-	if t.scalar(n) {
-		t.v, t.desc = n.Value, describe(n)
-	}
-	return nil
-}
-
-// integer is a whole number written in decimal digits.
-type integer struct {
-	leaf
-	v int64
-}
-
-// UnmarshalYAML reads a whole number, refusing the forms that YAML reads
-// in other bases or as floats.
-func (i *integer) UnmarshalYAML(n *yaml.Node) error {
-	if !i.scalar(n) {
-		return nil
-	}
-	if tag := n.ShortTag(); tag != "!!int" && tag != "!!float" {
-		i.bad = "must be a whole number, got " + describe(n)
-		return nil
-	}
-	var err error
-	if i.v, err = parseDecimal(n.Value); err != nil {
-		i.bad = err.Error()
-	}
-	return nil
-}
-
-// duration is a Go duration string ("1s", "500ms", "1m30s"), not negative.
-type duration struct {
-	leaf
-	v time.Duration
-}
-
-// UnmarshalYAML reads a duration; a number without a unit is refused.
-func (d *duration) UnmarshalYAML(n *yaml.Node) error {
-	if !d.scalar(n) {
-		return nil
-	}
-	s := strings.TrimSpace(n.Value)
-	hasUnit := strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) >= 0
-	switch v, err := time.ParseDuration(s); {
-	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float":
-		d.bad = fmt.Sprintf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
-	case !hasUnit:
-		d.bad = "a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n)
-	case err != nil:
-		d.bad = "must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n)
-	case v < 0:
-		d.bad = "must not be negative, got " + v.String()
-	default:
-		d.v = v
-	}
-	return nil
-}
-
-// size is a number of bytes: a whole number, or one with a B, KiB or MiB
-// suffix.
-type size struct {
-	leaf
-	v    int64  // math.MaxInt64 when larger
-	text string // as written
-}
-
 var sizePattern = regexp.MustCompile(`^([0-9][0-9_]*) ?(B|KiB|MiB)?$`)
 
-// UnmarshalYAML reads a size.
-func (s *size) UnmarshalYAML(n *yaml.Node) error {
-	if !s.scalar(n) {
+// scalar checks a single value that is to fill a t, and returns it as the
+// library is to read it. A string is taken as written, whatever YAML
+// reads it as; a bool is true or false, not yes or on; an int64 is a
+// whole number in decimal digits (not octal, hex or a float); a
+// time.Duration is a Go duration with a unit, not negative; a byteSize is
+// a whole number with an optional B, KiB or MiB suffix.
+func (p *parser) scalar(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
+	tag, out, err := n.ShortTag(), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: n.Value}, error(nil)
+	switch {
+	case tag == "!!null":
+		err = errors.New("has no value")
+	case n.Kind != yaml.ScalarNode:
+		err = fmt.Errorf("must be a single value, got %s", describe(n))
+	case !standardTag(n):
+		err = fmt.Errorf("unsupported tag %s", tag)
+	case t.Kind() == reflect.Bool && tag != "!!bool":
+		err = fmt.Errorf("must be true or false, got %s", describe(n))
+	case t.Kind() == reflect.Bool:
+		out.Tag = "!!bool"
+	case t == durationType:
+		out.Value, err = readDuration(n)
+	case t == sizeType:
+		out.Tag = "!!int"
+		out.Value, err = readSize(n)
+	case t.Kind() == reflect.Int64 && tag != "!!int" && tag != "!!float":
+		err = fmt.Errorf("must be a whole number, got %s", describe(n))
+	case t.Kind() == reflect.Int64:
+		var v int64
+		v, err = parseDecimal(n.Value)
+		out.Tag, out.Value = "!!int", strconv.FormatInt(v, 10)
+	}
+	if err != nil {
+		p.add(n, path, nil, "%v", err)
 		return nil
 	}
-	s.text = n.Value
+	return out
+}
+
+// readDuration reads a duration, returning it as time.ParseDuration reads
+// it back.
+func readDuration(n *yaml.Node) (string, error) {
+	s := strings.TrimSpace(n.Value)
+	d, err := time.ParseDuration(s)
+	switch {
+	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float":
+		return "", fmt.Errorf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
+	case strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) < 0:
+		return "", errors.New("a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n))
+	case err != nil:
+		return "", errors.New("must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n))
+	case d < 0:
+		return "", errors.New("must not be negative, got " + d.String())
+	}
+	return d.String(), nil
+}
+
+// readSize reads a byteSize, returning its bytes (math.MaxInt64 when
+// more) as a decimal number.
+func readSize(n *yaml.Node) (string, error) {
 	digits, shift := n.Value, 0
-	if n.ShortTag() != "!!int" {
-		m := sizePattern.FindStringSubmatch(strings.TrimSpace(n.Value))
-		if n.ShortTag() != "!!str" || m == nil {
-			s.bad = "must be a size such as 65536, 512KiB or 1MiB, got " + describe(n)
-			return nil
-		}
+	if m := sizePattern.FindStringSubmatch(strings.TrimSpace(n.Value)); n.ShortTag() == "!!str" && m != nil {
 		digits, shift = m[1], map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20}[m[2]]
+	} else if n.ShortTag() != "!!int" {
+		return "", fmt.Errorf("must be a size such as 65536, 512KiB or 1MiB, got %s", describe(n))
 	}
 	v, err := parseDecimal(digits)
-	switch {
-	case err != nil:
-		s.bad = err.Error()
-	case v > math.MaxInt64>>shift:
-		s.v = math.MaxInt64
-	default:
-		s.v = v << shift
+	if v > math.MaxInt64>>shift {
+		v, shift = math.MaxInt64, 0
 	}
-	return nil
-}
-
-// boolean is true or false.
-type boolean struct {
-	leaf
-	v bool
-}
-
-// UnmarshalYAML reads a boolean: YAML's true and false, not yes or on.
-func (b *boolean) UnmarshalYAML(n *yaml.Node) error {
-	if !b.scalar(n) {
-		return nil
-	}
-	if n.ShortTag() != "!!bool" {
-		b.bad = "must be true or false, got " + describe(n)
-		return nil
-	}
-	b.v = strings.EqualFold(n.Value, "true")
-	return nil
+	return strconv.FormatInt(v<<shift, 10), err
 }
 
 func standardTag(v *yaml.Node) bool {
@@ -568,30 +487,19 @@ func standardTag(v *yaml.Node) bool {
 	return false
 }
 
+var decimal = regexp.MustCompile(`^[-+]?[0-9]+(_[0-9]+)*$`)
+
 // parseDecimal reads an optionally signed decimal integer, with optional
 // underscores between digits.
 func parseDecimal(s string) (int64, error) {
-	bad := func(why string) error {
-		return fmt.Errorf("must be a whole number in decimal digits, got %s%s", limitLen(s, 40), why)
+	why := ""
+	if digits := strings.TrimLeft(s, "+-"); decimal.MatchString(s) && len(digits) > 1 && digits[0] == '0' {
+		why = " (a leading zero would make YAML read it as octal; remove it)"
 	}
-	t := strings.TrimLeft(s, "+-")
-	if len(s)-len(t) > 1 || t == "" {
-		return 0, bad("")
+	if !decimal.MatchString(s) || why != "" {
+		return 0, fmt.Errorf("must be a whole number in decimal digits, got %s%s", limitLen(s, 40), why)
 	}
-	digits := make([]byte, 0, len(t))
-	for i := 0; i < len(t); i++ {
-		switch c := t[i]; {
-		case c >= '0' && c <= '9':
-			digits = append(digits, c)
-		case c == '_' && i > 0 && i < len(t)-1 && t[i-1] != '_':
-		default:
-			return 0, bad("")
-		}
-	}
-	if len(digits) > 1 && digits[0] == '0' {
-		return 0, bad(" (a leading zero would make YAML read it as octal; remove it)")
-	}
-	i, err := strconv.ParseInt(s[:len(s)-len(t)]+string(digits), 10, 64)
+	i, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%s is out of range", s)
 	}
@@ -636,19 +544,18 @@ func suggest(name string, want []string) string {
 
 // distance is the Levenshtein distance between a and b, in bytes.
 func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
 	for j := range prev {
 		prev[j] = j
 	}
 	for i := 1; i <= len(a); i++ {
 		cur[0] = i
 		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
+			change := 1
+			if a[i-1] == b[j-1] {
+				change = 0
 			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+			cur[j] = min(prev[j-1]+change, prev[j]+1, cur[j-1]+1)
 		}
 		prev, cur = cur, prev
 	}
@@ -659,11 +566,11 @@ func distance(a, b string) int {
 // a name without a dot ([A-Za-z0-9_-]), else the key quoted in brackets
 // (and cut short).
 func join(field, key string) string {
-	if names.Valid(key, MaxNameLen, "") && !strings.Contains(key, ".") {
-		if field == "" {
-			return key
-		}
-		return field + "." + key
+	switch {
+	case !names.Valid(key, MaxNameLen, "") || strings.Contains(key, "."):
+		return field + "[" + strconv.Quote(limitLen(key, 48)) + "]"
+	case field == "":
+		return key
 	}
-	return field + "[" + strconv.Quote(limitLen(key, 48)) + "]"
+	return field + "." + key
 }
