@@ -119,13 +119,10 @@ func (e *entries[T]) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// valueType tells walk what the values of entries are.
 func (entries[T]) valueType() reflect.Type { return reflect.TypeFor[T]() }
 
-// namedValues is what entries of any type have: the type of their values.
-type namedValues interface{ valueType() reflect.Type }
-
 var (
-	namedType    = reflect.TypeFor[namedValues]()
 	durationType = reflect.TypeFor[time.Duration]()
 	sizeType     = reflect.TypeFor[byteSize]()
 	null         = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"} // in place of a value that cannot be used
@@ -142,9 +139,10 @@ type place struct {
 // parser reads one file, collecting its problems.
 type parser struct {
 	budget, visits int
-	over           *Error              // where the budget ran out
-	open           map[*yaml.Node]bool // the mappings being walked
-	keys           map[string]place    // by field path; "" for the document
+	over           *Error                    // where the budget ran out
+	open           map[*yaml.Node]bool       // the mappings being walked
+	keys           map[string]place          // by field path; "" for the document
+	fields         map[reflect.Type][]string // the yaml names of a struct's fields
 	errs           ErrorList
 }
 
@@ -157,7 +155,7 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // decode reads data, one YAML document, into a Config. The pass visits
 // at most budget keys and values; decode returns how many it visited.
 func decode(data []byte, budget int) (*Config, ErrorList, int) {
-	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}}
+	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}, fields: map[reflect.Type][]string{}}
 	var doc, next yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
@@ -222,13 +220,13 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 	if !p.visit(n, path) {
 		return nil
 	}
-	named := t.Implements(namedType)
+	ents, isEntries := reflect.Zero(t).Interface().(interface{ valueType() reflect.Type })
 	switch {
-	case !named && t.Kind() != reflect.Slice && t.Kind() != reflect.Struct:
+	case !isEntries && t.Kind() != reflect.Slice && t.Kind() != reflect.Struct:
 		return p.scalar(n, t, path)
-	case named && n.ShortTag() == "!!null", t.Kind() == reflect.Struct && n.ShortTag() == "!!null":
+	case isEntries && n.ShortTag() == "!!null", t.Kind() == reflect.Struct && n.ShortTag() == "!!null":
 		return n // no entries, no fields
-	case t.Kind() == reflect.Slice && !named:
+	case t.Kind() == reflect.Slice && !isEntries:
 		return p.list(n, t, path)
 	case n.Kind != yaml.MappingNode:
 		p.add(n, path, nil, "must be a mapping of keys to values, got %s", describe(n))
@@ -236,17 +234,20 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 	}
 	p.open[n] = true
 	defer delete(p.open, n)
-	var known []string
-	for i := 0; !named && i < t.NumField(); i++ {
-		known = append(known, t.Field(i).Tag.Get("yaml"))
+	known, seen := p.fields[t]
+	if !isEntries && !seen {
+		for i := range t.NumField() {
+			known = append(known, t.Field(i).Tag.Get("yaml"))
+		}
+		p.fields[t] = known
 	}
 	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for _, pr := range p.pairs(n, path, "") {
 		field, i := join(path, pr.name), slices.Index(known, pr.name)
 		var ft reflect.Type
 		switch {
-		case named:
-			ft = reflect.Zero(t).Interface().(namedValues).valueType()
+		case isEntries:
+			ft = ents.valueType()
 		case i >= 0:
 			ft = t.Field(i).Type
 		case suggest(pr.name, known) != "":
@@ -259,7 +260,7 @@ func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 		before := len(p.errs)
 		v := p.walk(pr.val, ft, field)
 		p.keys[field] = place{key: pr.key, val: pr.val, bad: v == nil, flawed: len(p.errs) > before}
-		if v != nil || named { // an entry's name is checked even when its value cannot be used
+		if v != nil || isEntries { // an entry's name is checked even when its value cannot be used
 			k := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: pr.name}
 			out.Content = append(out.Content, k, cmp.Or(v, null))
 		}
@@ -320,15 +321,17 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 		if !ok {
 			continue
 		}
-		field := join(path, name)
 		if line, dup := lines[name]; dup {
-			p.add(k, field, nil, "defined twice%s: first at line %d, again at line %d", in, line, k.Line)
+			p.add(k, join(path, name), nil, "defined twice%s: first at line %d, again at line %d", in, line, k.Line)
 			continue
 		}
 		lines[name] = k.Line
-		if v = p.deref(v, field, "an alias names a mapping or list that contains it"); v == nil {
-			p.keys[field] = place{key: k, val: k, bad: true}
+		if v.Kind == yaml.AliasNode && p.open[v.Alias] {
+			p.add(v, join(path, name), nil, "an alias names a mapping or list that contains it")
+			p.keys[join(path, name)] = place{key: k, val: k, bad: true}
 			continue
+		} else if v.Kind == yaml.AliasNode {
+			v = v.Alias
 		}
 		out = append(out, pair{name, k, v})
 	}
