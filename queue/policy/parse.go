@@ -326,12 +326,11 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 			continue
 		}
 		lines[name] = k.Line
-		if v.Kind == yaml.AliasNode && p.open[v.Alias] {
-			p.add(v, join(path, name), nil, "an alias names a mapping or list that contains it")
-			p.keys[join(path, name)] = place{key: k, val: k, bad: true}
-			continue
-		} else if v.Kind == yaml.AliasNode {
-			v = v.Alias
+		if v.Kind == yaml.AliasNode { // the path is made only when needed: most values are not aliases
+			if v = p.deref(v, join(path, name), "an alias names a mapping or list that contains it"); v == nil {
+				p.keys[join(path, name)] = place{key: k, val: k, bad: true}
+				continue
+			}
 		}
 		out = append(out, pair{name, k, v})
 	}
