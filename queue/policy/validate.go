@@ -1,0 +1,323 @@
+package policy
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/names"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// The checks of a decoded file. Each reports a problem at the value it
+// concerns, or at the key of its entry when the file leaves the value out,
+// finding both by field path.
+
+// has reports whether the file has a key at path, usable or not.
+func (p *parser) has(path string) bool {
+	_, ok := p.keys[path]
+	return ok
+}
+
+// value returns the value at path, or nil when the file has none or it
+// cannot be used.
+func (p *parser) value(path string) *yaml.Node {
+	if pl := p.keys[path]; !pl.bad {
+		return pl.val
+	}
+	return nil
+}
+
+// inRange reports whether the file has a usable value at path, v, and
+// whether it is from lo to hi.
+func inRange[T int64 | time.Duration | byteSize](p *parser, path string, v, lo, hi T) bool {
+	n := p.value(path)
+	switch {
+	case n == nil:
+		return false
+	case v >= lo && v <= hi:
+		return true
+	case reflect.TypeFor[T]() == durationType:
+		p.add(n, path, nil, "must be between %v and %v, got %v", lo, hi, v)
+	case v < lo:
+		p.add(n, path, nil, "must be at least %v, got %s", lo, n.Value)
+	default:
+		p.add(n, path, nil, "must be at most %v, got %s", hi, n.Value)
+	}
+	return false
+}
+
+// policy reports err, from algorithms.Policy.Validate of the entry at
+// path, at the value of the field that it names (keys maps the Policy's
+// fields to the file's, when they differ), or else at the entry's key.
+func (p *parser) policy(err error, path string, keys map[string]string) {
+	field, msg, at := path, err.Error(), p.keys[path].key
+	var fe *algorithms.FieldError
+	if errors.As(err, &fe) && fe.Field != "" {
+		field, msg = path+"."+cmp.Or(keys[fe.Field], fe.Field), fe.Msg
+		if n := p.value(field); n != nil {
+			at = n
+		}
+	}
+	p.add(at, field, err, "%s", msg)
+}
+
+func (p *parser) config(f *file) *Config {
+	cfg := &Config{Queue: p.queue(&f.Queue), Downstreams: map[string]Downstream{}, Tenants: map[string]Tenant{}}
+	bases := map[string]string{} // normalised base URL -> the downstream that has it
+	for _, ent := range f.Downstreams {
+		path := join("downstreams", ent.name)
+		if !names.Valid(ent.name, MaxNameLen, "") {
+			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
+			continue
+		}
+		d, ok := p.downstream(&ent.val, ent.name, path)
+		if !ok {
+			continue
+		}
+		if d.BaseURL != nil {
+			b := originOf(d.BaseURL) + basePath(d.BaseURL)
+			if prev, dup := bases[b]; dup {
+				p.add(p.value(path+".base_url"), path+".base_url", nil, "the same base_url as downstreams.%s (line %d); a URL must belong to one downstream",
+					prev, p.keys[join("downstreams", prev)].key.Line)
+				continue
+			}
+			bases[b] = ent.name
+		}
+		cfg.Downstreams[ent.name] = d
+	}
+	for _, ent := range f.Tenants {
+		path := join("tenants", ent.name)
+		switch {
+		case ent.name == "":
+			p.add(p.keys[path].key, path, nil, "a tenant id must not be empty")
+		case len(ent.name) > MaxTenantIDLen:
+			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", MaxTenantIDLen, len(ent.name))
+		default:
+			if t, ok := p.tenant(&ent.val, ent.name, path); ok {
+				cfg.Tenants[ent.name] = t
+			}
+		}
+	}
+	return cfg
+}
+
+func (p *parser) queue(qf *queueFile) Queue {
+	q := Queue{Name: DefaultQueueName, Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
+	switch key, ok := p.keys["queue"]; {
+	case !ok:
+		p.add(p.keys[""].key, "queue.bound", nil, "required; the file has no queue section")
+		return q
+	case key.bad:
+		return q
+	case !p.has("queue.bound"):
+		p.add(key.key, "queue.bound", nil, "required: the most jobs waiting, at least 1")
+	}
+	if n := p.value("queue.name"); n != nil && names.Valid(qf.Name, MaxNameLen, "") {
+		q.Name = qf.Name
+	} else if n != nil {
+		p.add(n, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, describe(n))
+	}
+	boundOK := inRange(p, "queue.bound", qf.Bound, 1, MaxBound)
+	if inRange(p, "queue.tenant_bound", qf.TenantBound, 0, MaxBound) && boundOK && qf.TenantBound > qf.Bound {
+		p.add(p.value("queue.tenant_bound"), "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", qf.Bound, qf.TenantBound)
+	}
+	if inRange(p, "queue.prefetch", qf.Prefetch, 1, MaxPrefetch) {
+		q.Prefetch = int(qf.Prefetch)
+	}
+	if inRange(p, "queue.max_payload", qf.MaxPayload, 1, MaxPayloadLimit) {
+		q.MaxPayload = int64(qf.MaxPayload)
+	}
+	if inRange(p, "queue.retention", qf.Retention, MinRetention, MaxRetention) {
+		q.Retention = qf.Retention
+	}
+	return q
+}
+
+func (p *parser) downstream(df *downstreamFile, name, path string) (Downstream, bool) {
+	if p.keys[path].bad {
+		return Downstream{}, false
+	}
+	before := len(p.errs)
+	d := Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: DefaultTimeout, PerTenant: df.PerTenant}
+	d.Limit.Name, d.Limit.MaxWait = name, DefaultMaxWait
+	if n := p.value(path + ".base_url"); n != nil {
+		u, err := parseBaseURL(df.BaseURL)
+		if err != nil {
+			p.add(n, path+".base_url", nil, "%v", err)
+		}
+		d.BaseURL = u
+	}
+	if len(df.Also) > throttle.MaxAlso {
+		p.add(p.value(path+".also"), path+".also", nil, "may list at most %d rates, got %d", throttle.MaxAlso, len(df.Also))
+		df.Also = nil
+	}
+	for i, r := range df.Also {
+		item := fmt.Sprintf("%s.also[%d]", path, i)
+		if p.keys[item].bad {
+			continue
+		}
+		l := p.pace(item, r.Rate, r.Per, r.Burst)
+		rate := throttle.Rate{Rate: l.Rate, Per: l.Per, Burst: l.Burst}
+		if n := p.value(item + ".counts"); n != nil && r.Counts == "calls" {
+			rate.Counts = throttle.CountsCalls
+		} else if n != nil && r.Counts != "cost" {
+			p.add(n, item+".counts", nil, "must be cost (the call's cost, the default) or calls (1 a call), got %s", describe(n))
+		}
+		d.Limit.Also = append(d.Limit.Also, rate)
+	}
+	if inRange(p, path+".max_wait", df.MaxWait, 0, MaxDuration) {
+		d.Limit.MaxWait = df.MaxWait
+		if df.MaxWait == 0 {
+			d.Limit.MaxWait = -1 // only a slot due now
+		}
+	}
+	inRange(p, path+".concurrency", df.Concurrency, 0, MaxConcurrency)
+	lease := DefaultLease
+	if inRange(p, path+".lease", df.Lease, time.Millisecond, MaxDuration) {
+		lease = df.Lease
+	}
+	if inRange(p, path+".timeout", df.Timeout, time.Millisecond, MaxDuration) {
+		d.Timeout = df.Timeout
+	}
+	if p.has(path + ".headers") {
+		d.Headers = p.headers(df.Headers, path+".headers")
+	}
+	if len(p.errs) > before || p.keys[path].flawed {
+		return d, false
+	}
+	if df.Concurrency > 0 {
+		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: lease}
+	}
+	return d, true
+}
+
+// pace checks the rate, per and burst of a downstream or of one of its
+// also rates, at path, each defaulted when absent, and all three together
+// as the throttle will: as a GCRA policy, which may find them too
+// fine-grained to count exactly.
+func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) throttle.Limit {
+	l, before := throttle.Limit{Rate: rate, Per: DefaultPer, Burst: DefaultBurst}, len(p.errs)
+	if !p.has(path + ".rate") {
+		p.add(p.keys[path].key, path+".rate", nil, "required: the units allowed per `per`, at least 1")
+	}
+	inRange(p, path+".rate", rate, 1, algorithms.MaxLimit)
+	if inRange(p, path+".per", per, algorithms.MinPeriod, algorithms.MaxPeriod) {
+		if l.Per = per; per%time.Microsecond != 0 {
+			p.add(p.value(path+".per"), path+".per", nil, "must be a whole number of microseconds, got %s", per)
+		}
+	}
+	if inRange(p, path+".burst", burst, 1, algorithms.MaxLimit) {
+		l.Burst = burst
+	}
+	if len(p.errs) == before && !p.keys[path].flawed {
+		if err := (algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: l.Per, Burst: l.Burst}).Validate(); err != nil {
+			p.policy(err, path, map[string]string{"limit": "rate", "period": "per"})
+		}
+	}
+	return l
+}
+
+// headers checks a downstream's headers: names that are HTTP tokens, given
+// once whatever their case, and values, once each ${VAR} in them is
+// replaced by the environment variable's value, without control
+// characters but tab. Messages name the header and the variable, never a
+// value. The names are returned canonical (http.CanonicalHeaderKey).
+func (p *parser) headers(e entries[string], path string) map[string]string {
+	out := make(map[string]string, len(e))
+	seen := map[string]string{} // canonical name -> the name as written
+	for _, ent := range e {
+		field := join(path, ent.name)
+		name, pl := http.CanonicalHeaderKey(ent.name), p.keys[field]
+		switch {
+		case pl.bad:
+			continue
+		case downstream.CheckRequest("", map[string]string{ent.name: ""}) != nil:
+			p.add(pl.key, field, nil, "a header name must be an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)")
+			continue
+		case seen[name] != "":
+			p.add(pl.key, field, nil, "the same header as %s (names are not case-sensitive)", join(path, seen[name]))
+			continue
+		}
+		seen[name] = ent.name
+		val, err := expandEnv(ent.val)
+		switch {
+		case err != nil:
+			p.add(pl.val, field, nil, "%v", err)
+		case downstream.CheckRequest("", map[string]string{name: val}) != nil:
+			p.add(pl.val, field, nil, "the value, once expanded, holds a control character other than tab")
+		default:
+			out[name] = val
+		}
+	}
+	return out
+}
+
+// expandEnv replaces each ${NAME} in s by the value of the environment
+// variable NAME, which must be set and not empty. A "$" not followed by
+// "{" is kept as it is. Errors name the variable, never a value.
+func expandEnv(s string) (string, error) {
+	var b strings.Builder
+	for {
+		i := strings.Index(s, "${")
+		if i < 0 {
+			return b.String() + s, nil
+		}
+		b.WriteString(s[:i])
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", errors.New("a ${ without its closing }")
+		}
+		name := s[i+2 : i+end]
+		if name == "" || name[0] >= '0' && name[0] <= '9' || strings.TrimLeft(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+			return "", fmt.Errorf("${%.64s} is not an environment variable's name (letters, digits and _, not starting with a digit)", name)
+		}
+		val, ok := os.LookupEnv(name)
+		switch {
+		case !ok:
+			return "", fmt.Errorf("environment variable %s is not set", name)
+		case val == "":
+			return "", fmt.Errorf("environment variable %s is empty", name)
+		}
+		b.WriteString(val)
+		s = s[i+end+1:]
+	}
+}
+
+func (p *parser) tenant(tf *tenantFile, id, path string) (Tenant, bool) {
+	t := Tenant{ID: id, Weight: DefaultWeight}
+	before := len(p.errs)
+	if p.keys[path].bad {
+		return t, false
+	}
+	if inRange(p, path+".weight", tf.Weight, 1, MaxWeight) {
+		t.Weight = int(tf.Weight)
+	}
+	if n := p.value(path + ".class"); n != nil && names.Valid(tf.Class, 32, "") {
+		t.Class = tf.Class
+	} else if n != nil {
+		p.add(n, path+".class", nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(tf.Class, 40))
+	}
+	if len(p.errs) > before || p.keys[path].flawed {
+		return t, false
+	}
+	if !p.has(path+".algorithm") && !p.has(path+".limit") && !p.has(path+".period") && !p.has(path+".burst") {
+		return t, true // no admission policy
+	}
+	pol := algorithms.Policy{Algorithm: algorithms.Algorithm(tf.Algorithm), Limit: tf.Limit, Period: tf.Period, Burst: tf.Burst}
+	if err := pol.Validate(); err != nil {
+		p.policy(err, path, nil)
+		return t, false
+	}
+	t.Policy = &pol
+	return t, true
+}
