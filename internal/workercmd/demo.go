@@ -49,7 +49,7 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	fixed := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 10, Period: time.Second}
 	cfg := &policy.Config{
 		Queue:       policy.Queue{Name: "demo", Bound: 2000, TenantBound: 500, Prefetch: 16, MaxPayload: 64 << 10},
-		Downstreams: map[string]policy.Downstream{"demo-api": {Name: "demo-api", BaseURL: base, Limit: lim, Timeout: 5 * time.Second}},
+		Downstreams: map[string]queue.Downstream{"demo-api": {Name: "demo-api", BaseURL: base, Limit: lim, Timeout: 5 * time.Second}},
 		Tenants: map[string]policy.Tenant{
 			"small-shop": {ID: "small-shop", Policy: &fixed, Weight: 1},
 		},

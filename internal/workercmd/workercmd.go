@@ -180,10 +180,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	}
 	downstreams := func(name string) (queue.Downstream, bool) {
 		d, ok := cfg.Downstreams[name]
-		if !ok {
-			return queue.Downstream{}, false
-		}
-		return queue.Downstream{Limit: d.Limit, Concurrency: d.Concurrency, PerTenant: d.PerTenant}, true
+		return d, ok
 	}
 	w.server, err = queue.NewServer(client, &queue.ServerConfig{
 		Config:          qc,
@@ -257,13 +254,7 @@ func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
 		Throttle: w.th,
 		Metrics:  m,
 		Base:     base,
-		Resolve: func(job *queue.Job, rawURL string) (queue.Downstream, error) {
-			d, err := w.cfg.ResolveHTTP(job, rawURL)
-			if err != nil {
-				return queue.Downstream{}, err
-			}
-			return queue.Downstream{Name: d.Name, Limit: d.Limit, PerTenant: d.PerTenant, Timeout: d.Timeout, Headers: d.Headers}, nil
-		},
+		Resolve:  w.cfg.ResolveHTTP,
 	})
 	return mux
 }

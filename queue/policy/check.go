@@ -65,20 +65,20 @@ func (c *Config) CheckJob(job *queue.Job) error {
 // ResolveHTTP returns the downstream of a built-in HTTP job that calls
 // rawURL: the downstream the job names, which must be the one whose
 // base_url covers rawURL (DownstreamFor).
-func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (Downstream, error) {
+func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (queue.Downstream, error) {
 	if job.Downstream == "" {
-		return Downstream{}, fmt.Errorf("a %s job must name its downstream", httpjob.Type)
+		return queue.Downstream{}, fmt.Errorf("a %s job must name its downstream", httpjob.Type)
 	}
 	d, ok := c.Downstreams[job.Downstream]
 	if !ok {
-		return Downstream{}, fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
+		return queue.Downstream{}, fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
 	}
 	got, err := c.DownstreamFor(rawURL)
 	if err != nil {
-		return Downstream{}, err
+		return queue.Downstream{}, err
 	}
 	if got.Name != d.Name {
-		return Downstream{}, fmt.Errorf("%w: the url belongs to downstream %q, not %q", ErrURLNotAllowed, got.Name, d.Name)
+		return queue.Downstream{}, fmt.Errorf("%w: the url belongs to downstream %q, not %q", ErrURLNotAllowed, got.Name, d.Name)
 	}
 	return d, nil
 }

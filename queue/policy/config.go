@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/throttle"
 )
 
 // Defaults applied to fields that a policy file leaves out.
@@ -77,7 +75,7 @@ type Config struct {
 	// Queue is the queue section.
 	Queue Queue
 	// Downstreams are the downstream APIs by name; never nil.
-	Downstreams map[string]Downstream
+	Downstreams map[string]queue.Downstream
 	// Tenants are the tenants' policies by id, including DefaultTenant
 	// when the file has it; never nil.
 	Tenants map[string]Tenant
@@ -101,35 +99,6 @@ type Queue struct {
 	// Retention is how long asynq keeps a completed job, for asynqmon
 	// (the queue.ServerConfig.Retention of every worker); 0: not kept.
 	Retention time.Duration
-}
-
-// Downstream is one third-party API that jobs call, and how the fleet
-// paces its calls.
-type Downstream struct {
-	// Name is the downstream's key in the file.
-	Name string
-	// BaseURL is the prefix of every URL the built-in HTTP job may call
-	// for this downstream (see Config.DownstreamFor); nil when the file
-	// gives none, and then HTTP jobs cannot use the downstream.
-	BaseURL *url.URL
-	// Limit is the fleet-wide pace. Limit.Name is the downstream's name;
-	// Per, Burst and MaxWait are filled in. A max_wait of 0 in the file
-	// becomes a negative MaxWait: only a slot that is due now.
-	Limit throttle.Limit
-	// Concurrency caps the calls in flight fleet-wide; nil for no cap.
-	// Its Name is the downstream's name and its Lease is filled in.
-	Concurrency *throttle.Concurrency
-	// PerTenant gives each tenant its own bucket at Limit (per-account
-	// quotas), instead of one bucket for the whole downstream.
-	PerTenant bool
-	// Timeout is the built-in HTTP job's request timeout.
-	Timeout time.Duration
-	// Headers are sent on every built-in HTTP job's request to the
-	// downstream, over the job's own headers of the same names: the
-	// file's headers map, names canonical, each ${VAR} in a value
-	// replaced by the environment variable at load, so that jobs carry
-	// no credentials. The values are secrets: never log or show them.
-	Headers map[string]string
 }
 
 // Tenant is one entry of the tenants section.

@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"net/url"
 	"sort"
 	"strconv"
@@ -157,30 +158,30 @@ func pathTrick(u *url.URL) string {
 // Downstreams without a base_url cover nothing. Error messages show the
 // URL's origin and path, never its query or user info, and quote nothing
 // of a URL that does not parse.
-func (c *Config) DownstreamFor(rawURL string) (Downstream, error) {
+func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return Downstream{}, fmt.Errorf("%w: not a valid URL: %s", ErrURLNotAllowed, urlerr.Reason(err))
+		return queue.Downstream{}, fmt.Errorf("%w: not a valid URL: %s", ErrURLNotAllowed, urlerr.Reason(err))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)
+		return queue.Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)
 	}
 	if u.Opaque != "" || u.Hostname() == "" {
-		return Downstream{}, fmt.Errorf("%w: the URL has no host", ErrURLNotAllowed)
+		return queue.Downstream{}, fmt.Errorf("%w: the URL has no host", ErrURLNotAllowed)
 	}
 	show := strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
 	if u.User != nil {
-		return Downstream{}, fmt.Errorf("%w: %s carries user info; send credentials in headers", ErrURLNotAllowed, show)
+		return queue.Downstream{}, fmt.Errorf("%w: %s carries user info; send credentials in headers", ErrURLNotAllowed, show)
 	}
 	port, err := portOf(u)
 	if err != nil {
-		return Downstream{}, fmt.Errorf("%w: %s: %v", ErrURLNotAllowed, show, err)
+		return queue.Downstream{}, fmt.Errorf("%w: %s: %v", ErrURLNotAllowed, show, err)
 	}
 	if dotSegments(u) {
-		return Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
+		return queue.Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
 	}
 	if why := pathTrick(u); why != "" {
-		return Downstream{}, fmt.Errorf("%w: %s has %s", ErrURLNotAllowed, show, why)
+		return queue.Downstream{}, fmt.Errorf("%w: %s has %s", ErrURLNotAllowed, show, why)
 	}
 	host := strings.ToLower(u.Hostname())
 	path := u.EscapedPath()
@@ -207,7 +208,7 @@ func (c *Config) DownstreamFor(rawURL string) (Downstream, error) {
 		}
 	}
 	if bestLen < 0 {
-		return Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, show)
+		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, show)
 	}
 	return c.Downstreams[best], nil
 }

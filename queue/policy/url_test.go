@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"github.com/sluicehq/sluice/queue"
 	"strings"
 	"testing"
 )
@@ -160,7 +161,7 @@ func TestDownstreamForBuiltInCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Downstreams: map[string]Downstream{"b": {Name: "b", BaseURL: base}, "a": {Name: "a", BaseURL: base}}}
+	cfg := Config{Downstreams: map[string]queue.Downstream{"b": {Name: "b", BaseURL: base}, "a": {Name: "a", BaseURL: base}}}
 	for range 20 {
 		if d, err := cfg.DownstreamFor("https://a.com/x/y"); err != nil || d.Name != "a" {
 			t.Fatalf("tie = %s, %v; want a (the first name)", d.Name, err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/queue"
 	"net/http"
 	"os"
 	"reflect"
@@ -72,7 +73,7 @@ func (p *parser) policy(err error, path string, keys map[string]string) {
 }
 
 func (p *parser) config(f *file) *Config {
-	cfg := &Config{Queue: p.queue(&f.Queue), Downstreams: map[string]Downstream{}, Tenants: map[string]Tenant{}}
+	cfg := &Config{Queue: p.queue(&f.Queue), Downstreams: map[string]queue.Downstream{}, Tenants: map[string]Tenant{}}
 	bases := map[string]string{} // normalised base URL -> the downstream that has it
 	for _, ent := range f.Downstreams {
 		path := join("downstreams", ent.name)
@@ -143,12 +144,12 @@ func (p *parser) queue(qf *queueFile) Queue {
 	return q
 }
 
-func (p *parser) downstream(df *downstreamFile, name, path string) (Downstream, bool) {
+func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downstream, bool) {
 	if p.keys[path].bad {
-		return Downstream{}, false
+		return queue.Downstream{}, false
 	}
 	before := len(p.errs)
-	d := Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: DefaultTimeout, PerTenant: df.PerTenant}
+	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: DefaultTimeout, PerTenant: df.PerTenant}
 	d.Limit.Name, d.Limit.MaxWait = name, DefaultMaxWait
 	if n := p.value(path + ".base_url"); n != nil {
 		u, err := parseBaseURL(df.BaseURL)
