@@ -1,8 +1,10 @@
 package workercmd
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"maps"
@@ -85,19 +87,12 @@ type pageView struct {
 func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	v := w.pageView(ctx, w.pageLimits())
+	v := w.pageView(ctx, cmp.Or(w.o.page, defaultPageLimits))
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	rw.Header().Set("Cache-Control", "no-store")
 	if err := pageTmpl.Execute(rw, v); err != nil {
 		w.log.Warn("sluice: the page", "err", err)
 	}
-}
-
-func (w *worker) pageLimits() pageLimits {
-	if w.o.page != (pageLimits{}) {
-		return w.o.page
-	}
-	return defaultPageLimits
 }
 
 // pageView reads the page's state: per downstream three commands
@@ -107,11 +102,6 @@ func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	v := pageView{Queue: w.cfg.Queue.Name, Refresh: pageRefresh, Now: time.Now(), Bound: w.cfg.Queue.Bound}
 	if w.monitoring {
 		v.Monitoring = "/monitoring/queues/" + w.cfg.Queue.Name
-	}
-	fail := func(err error) {
-		if err != nil && v.Err == "" {
-			v.Err = err.Error()
-		}
 	}
 	calls, refused := w.responsesByDownstream()
 	for _, name := range slices.Sorted(maps.Keys(w.cfg.Downstreams)) {
@@ -133,14 +123,14 @@ func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
 		}
 		v.Downstreams = append(v.Downstreams, row)
 	}
-	var err error
-	v.Stats, err = w.producer.Stats(ctx)
-	fail(err)
-	v.Sleepers, err = w.producer.Sleepers(ctx, lim.Sleepers)
-	fail(err)
+	var errs [3]error
+	v.Stats, errs[0] = w.producer.Stats(ctx)
+	v.Sleepers, errs[1] = w.producer.Sleepers(ctx, lim.Sleepers)
 	v.MoreAsleep = max(v.Stats.Sleeping-int64(len(v.Sleepers)), 0)
-	v.Backlogs, v.Looked, err = w.producer.Backlogs(ctx, lim.Top, lim.Look)
-	fail(err)
+	v.Backlogs, v.Looked, errs[2] = w.producer.Backlogs(ctx, lim.Top, lim.Look)
+	if err := errors.Join(errs[:]...); err != nil {
+		v.Err = err.Error()
+	}
 	return v
 }
 
