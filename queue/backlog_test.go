@@ -16,7 +16,8 @@ import (
 // at no more than that.
 func TestBacklogsLargestFirst(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		p, err := NewProducer(client, testConfig(t, 10000))
+		cfg := testConfig(t, 10000)
+		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

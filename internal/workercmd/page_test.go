@@ -114,7 +114,8 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 			c()
 		}
 	})
-	p, err := queue.NewProducer(client, cfg.QueueConfig())
+	qc := cfg.QueueConfig()
+	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,8 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	p, err := queue.NewProducer(client, cfg.QueueConfig())
+	qc := cfg.QueueConfig()
+	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
 		t.Fatal(err)
 	}
