@@ -1,6 +1,6 @@
 // Package workercmd is the sluice worker process: flags, environment and
 // policy file in; the queue's workers, the dispatcher, the HTTP enqueue
-// endpoint, Prometheus /metrics and /healthz out. cmd/worker's main only
+// endpoint, the sluice page at /, Prometheus /metrics and /healthz out. cmd/worker's main only
 // calls Main.
 package workercmd
 
@@ -49,6 +49,7 @@ type options struct {
 	demoRate        int64
 	monitorReadOnly bool
 	limits          serverLimits // defaultLimits unless a test sets them
+	page            pageLimits   // defaultPageLimits unless a test sets them
 }
 
 func env(name, def string) string {
@@ -66,7 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redis.CAFile, "redis-ca", env("SLUICE_REDIS_CA", ""), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
 	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
 	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY", ""), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
-	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
+	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of the sluice page (/), /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
 	fs.StringVar(&o.allowedHosts, "allowed-hosts", env("SLUICE_ALLOWED_HOSTS", ""), "comma-separated Host names the HTTP endpoints answer to besides the listen address (and localhost, 127.0.0.1, [::1] on a loopback or all-addresses listener): name for any port, name:port for one (env SLUICE_ALLOWED_HOSTS)")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
 	fs.Float64Var(&o.fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
@@ -208,6 +209,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
+	mux.HandleFunc("GET /{$}", w.page)
 	if conn := asynqConnOpt(client); conn != nil {
 		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly,
 			PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})
@@ -279,7 +281,7 @@ func (w *worker) run(ctx context.Context) error {
 		monitoring = base + "/monitoring/"
 	}
 	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
-		"metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
+		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
 	var err error
 	select {
 	case <-ctx.Done():

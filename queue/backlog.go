@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Backlog is one tenant's backlog: its jobs in the waiting room.
+type Backlog struct {
+	// Tenant is the tenant's id.
+	Tenant string
+	// Jobs counts its jobs in the waiting room (TenantDepth).
+	Jobs int64
+}
+
+// Backlogs returns up to n tenants with the largest backlogs, largest
+// first, among at most look tenants with jobs, and how many it looked at.
+// The waiting room keeps no order by backlog, so with more than look
+// tenants the answer covers a sample of them (the first SSCAN returns),
+// not all: a page can show it whatever the number of tenants. It costs
+// about look/256 SSCANs, one pipeline of look LLENs and, for ids that key
+// names do not keep as they are, one pipeline of up to n LINDEXes.
+func (p *Producer) Backlogs(ctx context.Context, n, look int) (top []Backlog, looked int, err error) {
+	if n <= 0 || look <= 0 {
+		return nil, 0, nil
+	}
+	seen := make(map[string]bool)
+	var cursor uint64
+	for range look/256 + 8 { // SSCAN's count is a hint: bound the calls too
+		var encs []string
+		encs, cursor, err = p.client.SScan(ctx, p.keys.members, cursor, "", 256).Result()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, e := range encs {
+			if len(seen) < look {
+				seen[e] = true
+			}
+		}
+		if cursor == 0 || len(seen) >= look {
+			break
+		}
+	}
+	if len(seen) == 0 {
+		return nil, 0, nil
+	}
+	pipe := p.client.Pipeline()
+	encs := make([]string, 0, len(seen))
+	lens := make([]*redis.IntCmd, 0, len(seen))
+	for e := range seen {
+		encs = append(encs, e)
+		lens = append(lens, pipe.LLen(ctx, p.keys.tenantPrefix+e))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, 0, err
+	}
+	all := make([]Backlog, len(encs))
+	for i, e := range encs {
+		all[i] = Backlog{Tenant: e, Jobs: lens[i].Val()}
+	}
+	slices.SortFunc(all, func(a, b Backlog) int {
+		return cmp.Or(cmp.Compare(b.Jobs, a.Jobs), strings.Compare(a.Tenant, b.Tenant))
+	})
+	top = all[:min(n, len(all))]
+	// Key names keep short plain ids as "=" and the id; others as "#"
+	// and a hash: read the tenant from the first job of its list.
+	pipe = p.client.Pipeline()
+	heads := make(map[int]*redis.StringCmd)
+	for i, b := range top {
+		if id, ok := strings.CutPrefix(b.Tenant, "="); ok {
+			top[i].Tenant = id
+		} else if b.Jobs > 0 {
+			heads[i] = pipe.LIndex(ctx, p.keys.tenantPrefix+b.Tenant, 0)
+		}
+	}
+	if len(heads) > 0 {
+		pipe.Exec(ctx) // a list emptied meanwhile keeps the hashed name
+		for i, h := range heads {
+			if job, err := decodeItem(h.Val()); err == nil {
+				top[i].Tenant = job.Tenant
+			}
+		}
+	}
+	return top, len(encs), nil
+}
