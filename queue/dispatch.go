@@ -76,7 +76,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	status, _ := v[0].(int64)
 	switch status {
 	case 2: // prefetch full: the workers are busy; their starts wake us
-		return fullRecheck, nil
+		return s.fullRecheck, nil
 	case 0: // nothing ready
 		wait := s.cfg.PollInterval
 		if us, ok := v[1].(int64); ok && us >= 0 && time.Duration(us)*time.Microsecond < wait {
@@ -106,16 +106,12 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		// The prefetch is full: the workers' starts wake us when a
 		// batch's worth of room has opened. Claiming on a timer instead
 		// would hand over a job or two a claim, a script each.
-		return fullRecheck, nil
+		return s.fullRecheck, nil
 	}
 	// The ring has no more ready: look again after a poll.
 	return s.cfg.PollInterval, nil
 }
 
-// fullRecheck is how long a dispatcher that found the prefetch full waits
-// for its own workers' starts to wake it before it looks again: jobs may
-// leave asynq's pending list through other processes' workers only.
-const fullRecheck = time.Second
 
 // checkAndTake peeks at the throttle of a job that names a downstream
 // whose key has no budget left: the limit is checked before dequeue, so a

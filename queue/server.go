@@ -102,6 +102,9 @@ type Server struct {
 	wake        chan struct{}
 	startedHere atomic.Int64
 	wakeAfter   int64
+	// fullRecheck is how long a dispatcher that found the prefetch full
+	// waits for that wake before it looks again.
+	fullRecheck time.Duration
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -145,8 +148,12 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
 	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
-		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
-		retention: retentionField(cfg.Retention)}
+		// A quarter of the prefetch: with up to four processes sharing
+		// it, each process's own starts wake it before the pending list
+		// runs dry.
+		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
+		fullRecheck: 4 * cfg.PollInterval,
+		retention:   retentionField(cfg.Retention)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -265,3 +265,39 @@ func TestSleepersSayWhy(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedPrefetchWakesEveryProcess: two processes share a prefetch as
+// large as their total concurrency (the demo's set-up). A dispatcher that
+// finds the prefetch full waits for its own workers' starts to wake it;
+// each process's starts must reach that mark before the other drains the
+// pending list, or both wait for the recheck. Here the recheck is ten
+// minutes away, so the jobs only run if the wakes come.
+func TestSharedPrefetchWakesEveryProcess(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		for i := range n {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: fmt.Sprintf("t%d", i%4), Type: "noop"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rec := newRecorder()
+		for range 2 {
+			s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 4, Prefetch: 8,
+				PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.fullRecheck = 10 * time.Minute
+			if err := s.Start(rec); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Shutdown)
+		}
+		waitFor(t, 60*time.Second, fmt.Sprintf("%d jobs to run", n), func() bool { return rec.count() >= n })
+	})
+}
