@@ -1,15 +1,16 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
@@ -62,64 +63,40 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 	if c.Lease < 0 {
 		return nil, fmt.Errorf("sluice: throttle: Concurrency.Lease must not be negative, got %v", c.Lease)
 	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.Name == "" {
-		c.Name = "default"
-	}
-	if key == "" {
-		return nil, fmt.Errorf("sluice: throttle: empty key")
-	}
-	k, err := keyspace.Key(t.prefix, "conc", key)
+	c.Lease, c.Name = cmp.Or(c.Lease, DefaultLease), cmp.Or(c.Name, "default")
+	k, err := t.key("conc", key)
 	if err != nil {
 		return nil, err
 	}
-	var raw [12]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	var id [12]byte
+	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(raw[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
-	taken, err := l.run(ctx)
-	if err != nil {
+	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(id[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
+	if err := l.Extend(ctx); err != nil {
 		return nil, err
-	}
-	if taken != nil {
-		return nil, &BusyError{Key: key, InUse: taken[1], RetryAfter: time.Duration(taken[2]) * time.Microsecond}
 	}
 	return l, nil
-}
-
-// run takes or renews the lease; it returns the reply when refused.
-func (l *Lease) run(ctx context.Context) ([]int64, error) {
-	v, err := scripts.ThrottleAcquire.Run(ctx, l.t.client, []string{l.key},
-		l.c.Max, l.id, l.life, l.t.now()).Int64Slice()
-	if err != nil {
-		if unreachable(err) {
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("sluice: throttle acquire: %w", err)
-	}
-	if len(v) != 3 {
-		return nil, fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
-	}
-	l.t.metrics.inUse(l.c.Name, v[1])
-	if v[0] != 1 {
-		return v, nil
-	}
-	return nil, nil
 }
 
 // Extend renews the lease for another Concurrency.Lease from now. It
 // fails with a *BusyError if the lease had already run out and its slot
 // was taken by someone else.
 func (l *Lease) Extend(ctx context.Context) error {
-	refused, err := l.run(ctx)
+	v, err := scripts.ThrottleAcquire.Run(ctx, l.t.client, []string{l.key},
+		l.c.Max, l.id, l.life, l.t.now()).Int64Slice()
 	if err != nil {
-		return err
+		if unreachable(err) {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return fmt.Errorf("sluice: throttle acquire: %w", err)
 	}
-	if refused != nil {
-		return &BusyError{Key: l.name, InUse: refused[1], RetryAfter: time.Duration(refused[2]) * time.Microsecond}
+	if len(v) != 3 {
+		return fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
+	}
+	l.t.metrics.inUse(l.c.Name, v[1])
+	if v[0] != 1 {
+		return &BusyError{Key: l.name, InUse: v[1], RetryAfter: time.Duration(v[2]) * time.Microsecond}
 	}
 	return nil
 }
@@ -204,18 +181,7 @@ func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
 	return ch, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		line := r.waiting[key]
-		for i, c := range line {
-			if c == ch {
-				line = append(line[:i:i], line[i+1:]...)
-				break
-			}
-		}
-		if len(line) == 0 {
-			delete(r.waiting, key)
-		} else {
-			r.waiting[key] = line
-		}
+		r.set(key, slices.DeleteFunc(r.waiting[key], func(c chan struct{}) bool { return c == ch }))
 	}
 }
 
@@ -223,17 +189,17 @@ func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
 func (r *releaseLine) notify(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	line := r.waiting[key]
-	if len(line) == 0 {
-		return
-	}
-	close(line[0])
-	if len(line) == 1 {
-		delete(r.waiting, key)
-	} else {
-		r.waiting[key] = line[1:]
+	if line := r.waiting[key]; len(line) > 0 {
+		close(line[0])
+		r.set(key, line[1:])
 	}
 }
 
-// ID returns the lease's identifier, for logs.
-func (l *Lease) ID() string { return l.id }
+// set stores key's line, or forgets it when empty. Callers hold r.mu.
+func (r *releaseLine) set(key string, line []chan struct{}) {
+	if len(line) == 0 {
+		delete(r.waiting, key)
+	} else {
+		r.waiting[key] = line
+	}
+}

@@ -6,7 +6,7 @@ import (
 )
 
 // localBuckets is the in-process fallback: each key paced at a share of its
-// rate by this process alone, while Redis is unreachable.
+// own rate by this process alone, while Redis is unreachable.
 type localBuckets struct {
 	share float64
 	mu    sync.Mutex
@@ -19,15 +19,6 @@ type localBucket struct {
 	paused time.Time
 }
 
-func newLocalBuckets(share float64) *localBuckets {
-	return &localBuckets{share: share, m: make(map[string]*localBucket)}
-}
-
-// interval is one unit's emission interval at the fallback's share of c.
-func (l *localBuckets) interval(c compiled) time.Duration {
-	return time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
-}
-
 func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now time.Time) Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -36,7 +27,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 	if b == nil {
 		b = &localBucket{}
 	}
-	iv := l.interval(c)
+	iv := time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
 	tat := b.tat
 	if tat.Before(now) {
 		tat = now
@@ -49,12 +40,9 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 		}
 	}
 	next := tat.Add(time.Duration(n) * iv)
-	delay := next.Add(-time.Duration(c.burst) * iv).Sub(now)
-	if delay < 0 {
-		delay = 0
-	}
-	if delay > time.Duration(c.maxWait)*time.Microsecond {
-		r.RetryAfter = delay - time.Duration(c.maxWait)*time.Microsecond
+	delay := max(next.Add(-time.Duration(c.burst)*iv).Sub(now), 0)
+	if maxWait := time.Duration(c.maxWait) * time.Microsecond; delay > maxWait {
+		r.RetryAfter = delay - maxWait
 		return r
 	}
 	r.OK, r.Delay = true, delay
@@ -65,7 +53,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 	return r
 }
 
-func (l *localBuckets) pause(key string, c compiled, until time.Time) {
+func (l *localBuckets) pause(key string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.m[key]

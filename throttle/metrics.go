@@ -1,10 +1,11 @@
 package throttle
 
 import (
-	"github.com/sluicehq/sluice/internal/promreg"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // Metrics are the throttle's Prometheus collectors. Every series is
@@ -19,17 +20,9 @@ type Metrics struct {
 	slowdowns    *prometheus.CounterVec
 }
 
-// NewMetrics creates the collectors and registers them with reg (when not
-// nil):
-//
-//	sluice_throttle_reservations_total{throttle,result}  result: granted, too_far, local, late, error
-//	sluice_throttle_wait_seconds{throttle}               time from reservation to slot, histogram
-//	sluice_throttle_pauses_total{throttle}               pauses set by this process
-//	sluice_throttle_concurrency_in_use{throttle}         leased slots at the last acquire
-//	sluice_throttle_rate{throttle}                       the fleet's adaptive pace now, units a second
-//	sluice_throttle_slowdowns_total{throttle}            steps down of the pace set by this process
-//
-// It returns an error when reg already holds metrics of those names.
+// NewMetrics creates the collectors (docs/throttle.md lists them) and
+// registers them with reg when it is not nil. It returns an error when reg
+// already holds metrics of those names.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,23 +57,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) reserved(name string, r Reservation, local bool) {
-	if m == nil {
-		return
-	}
+// The recording methods below do nothing on a nil *Metrics.
+
+func (m *Metrics) reserved(name string, r Reservation) {
 	switch {
 	case !r.OK:
-		m.reservations.WithLabelValues(name, "too_far").Inc()
-	case local:
-		m.reservations.WithLabelValues(name, "local").Inc()
+		m.count(name, "too_far")
+	case r.Local:
+		m.count(name, "local")
 	default:
-		m.reservations.WithLabelValues(name, "granted").Inc()
+		m.count(name, "granted")
 	}
 }
 
-func (m *Metrics) failed(name string) {
+// count adds one reservation of the given result.
+func (m *Metrics) count(name, result string) {
 	if m != nil {
-		m.reservations.WithLabelValues(name, "error").Inc()
+		m.reservations.WithLabelValues(name, result).Inc()
 	}
 }
 
@@ -111,11 +104,5 @@ func (m *Metrics) paced(c compiled, share float64) {
 func (m *Metrics) slowed(name string) {
 	if m != nil {
 		m.slowdowns.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) late(name string) {
-	if m != nil {
-		m.reservations.WithLabelValues(name, "late").Inc()
 	}
 }
