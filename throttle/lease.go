@@ -94,7 +94,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 	if len(v) != 3 {
 		return fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
 	}
-	l.t.metrics.inUse(l.c.Name, v[1])
+	l.t.metrics.leased.WithLabelValues(l.c.Name).Set(float64(v[1]))
 	if v[0] != 1 {
 		return &BusyError{Key: l.name, InUse: v[1], RetryAfter: time.Duration(v[2]) * time.Microsecond}
 	}

@@ -1,8 +1,6 @@
 package throttle
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/promreg"
@@ -10,7 +8,7 @@ import (
 
 // Metrics are the throttle's Prometheus collectors. Every series is
 // labelled by the Limit's or Concurrency's Name only, never by key, so
-// their number stays bounded. A nil *Metrics records nothing.
+// their number stays bounded. A nil *Metrics in Options records nothing.
 type Metrics struct {
 	reservations *prometheus.CounterVec
 	wait         *prometheus.HistogramVec
@@ -57,52 +55,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// The recording methods below do nothing on a nil *Metrics.
+// paced records the fleet's pace under c at the given share of its rate.
+func (m *Metrics) paced(c compiled, share float64) {
+	m.rate.WithLabelValues(c.name).Set(float64(c.rl) / float64(c.pr) * 1e6 * share)
+}
 
-func (m *Metrics) reserved(name string, r Reservation) {
+// result names r's outcome in sluice_throttle_reservations_total.
+func (r Reservation) result() string {
 	switch {
 	case !r.OK:
-		m.count(name, "too_far")
+		return "too_far"
 	case r.Local:
-		m.count(name, "local")
-	default:
-		m.count(name, "granted")
+		return "local"
 	}
-}
-
-// count adds one reservation of the given result.
-func (m *Metrics) count(name, result string) {
-	if m != nil {
-		m.reservations.WithLabelValues(name, result).Inc()
-	}
-}
-
-func (m *Metrics) waited(name string, d time.Duration) {
-	if m != nil {
-		m.wait.WithLabelValues(name).Observe(d.Seconds())
-	}
-}
-
-func (m *Metrics) paused(name string) {
-	if m != nil {
-		m.pauses.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) inUse(name string, n int64) {
-	if m != nil {
-		m.leased.WithLabelValues(name).Set(float64(n))
-	}
-}
-
-func (m *Metrics) paced(c compiled, share float64) {
-	if m != nil {
-		m.rate.WithLabelValues(c.name).Set(float64(c.rl) / float64(c.pr) * 1e6 * share)
-	}
-}
-
-func (m *Metrics) slowed(name string) {
-	if m != nil {
-		m.slowdowns.WithLabelValues(name).Inc()
-	}
+	return "granted"
 }

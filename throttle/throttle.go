@@ -279,6 +279,9 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: LeasePoll,
 		hostNow: time.Now, stop: func() {},
 	}
+	if t.metrics == nil {
+		t.metrics, _ = NewMetrics(nil) // recorded, never exported
+	}
 	if opts.Fallback > 0 {
 		t.local = &localBuckets{share: opts.Fallback, m: make(map[string]*localBucket)}
 	}
@@ -433,10 +436,10 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
 			r := t.local.reserve(key, c, n, book, now)
 			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.local.share
-			t.metrics.reserved(c.name, r)
+			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 			return r, nil
 		}
-		t.metrics.count(c.name, "error")
+		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		if unreachable(err) {
 			return Reservation{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -468,7 +471,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	}
 	if book {
-		t.metrics.reserved(c.name, r)
+		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 		t.metrics.paced(c, r.Share)
 	}
 	return r, nil
@@ -548,10 +551,10 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	if r.queued && r.Delay > 0 && t.hostNow().Sub(due) > r.maxLate() {
 		// Too late to use the slot without bunching with the calls on
 		// time after it: leave it as a gap (docs/throttle.md, Late slots).
-		t.metrics.count(r.compile.name, "late")
+		t.metrics.reservations.WithLabelValues(r.compile.name, "late").Inc()
 		return false, nil
 	}
-	t.metrics.waited(r.compile.name, t.hostNow().Sub(r.booked))
+	t.metrics.wait.WithLabelValues(r.compile.name).Observe(t.hostNow().Sub(r.booked).Seconds())
 	return true, nil
 }
 
@@ -641,7 +644,7 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, fmt.Errorf("sluice: throttle pause: unexpected reply of %d values", len(v))
 	}
 	if v[3] == 1 {
-		t.metrics.slowed(c.name)
+		t.metrics.slowdowns.WithLabelValues(c.name).Inc()
 	}
 	t.metrics.paced(c, float64(v[2])/shareFull)
 	// The end is kept on the scripts' clock, to compare with the slots
@@ -649,7 +652,7 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 	remaining, end := time.Duration(v[0])*time.Microsecond, v[1]
 	now := t.hostNow()
 	t.pauses.set(key, pauseEnd{at: end, expires: now.Add(remaining)}, now)
-	t.metrics.paused(c.name)
+	t.metrics.pauses.WithLabelValues(c.name).Inc()
 	t.publish(ctx, key, remaining, end)
 	return remaining, nil
 }
