@@ -36,11 +36,9 @@ const (
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
 	// LeasePoll is how often AcquireWait asks Redis again for a lease
-	// when it cannot hear other processes' releases (Options.Subscribe
-	// off); releases in this process wake it at once.
-	LeasePoll = 100 * time.Millisecond
-	// LeasePollSubscribed is the same when releases are heard through
-	// pub/sub: only a safety net for a lost message.
+	// when it cannot hear other processes' releases; LeasePollSubscribed
+	// when it can (Options.Subscribe), as a safety net for a lost message.
+	LeasePoll           = 100 * time.Millisecond
 	LeasePollSubscribed = time.Second
 )
 
@@ -539,14 +537,26 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 // cancels r (when it can) and returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
-	if !t.sleepUntil(ctx, r, due) {
-		if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
-			t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+	for {
+		if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
+			return false, nil
 		}
-		return false, ctx.Err()
-	}
-	if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
-		return false, nil
+		d := due.Sub(t.hostNow())
+		if d <= 0 {
+			break
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
+				t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+			}
+			return false, ctx.Err()
+		case <-timer.C:
+		case <-t.pauses.signal():
+			timer.Stop()
+		}
 	}
 	if r.queued && r.Delay > 0 && t.hostNow().Sub(due) > r.maxLate() {
 		// Too late to use the slot without bunching with the calls on
@@ -563,31 +573,6 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 func (r Reservation) maxLate() time.Duration {
 	c := r.compile
 	return max(time.Duration(c.burst*r.pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
-}
-
-// sleepUntil sleeps until due, r's slot on the host's clock, waking early
-// if a pause that voids r is announced. It reports false if ctx ended
-// first.
-func (t *Throttle) sleepUntil(ctx context.Context, r Reservation, due time.Time) bool {
-	for {
-		d := due.Sub(t.hostNow())
-		if d <= 0 {
-			return true
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false
-		case <-timer.C:
-			return true
-		case <-t.pauses.signal():
-			timer.Stop()
-			if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
-				return true // void: Await says so
-			}
-		}
-	}
 }
 
 // Pause stops every worker from starting a call on key for d. A longer
