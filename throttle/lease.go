@@ -25,8 +25,7 @@ type Concurrency struct {
 	// Max is the number of calls that may run at once. At least 1.
 	Max int64
 	// Lease is how long a slot stays taken if its holder neither releases
-	// nor extends it (a worker that died). Default DefaultLease; use more
-	// than the longest call, or Extend.
+	// nor extends it. Default DefaultLease.
 	Lease time.Duration
 }
 
@@ -101,9 +100,8 @@ func (l *Lease) Extend(ctx context.Context) error {
 	return nil
 }
 
-// Release gives the slot back. It is usable at once: callers of
-// AcquireWait for the same key are woken, in this process at once and in
-// others through Redis pub/sub when their Throttle subscribes.
+// Release gives the slot back, and wakes a caller of AcquireWait for the
+// same key (in other processes, through pub/sub when they subscribe).
 func (l *Lease) Release(ctx context.Context) error {
 	err := scripts.ThrottleRelease.Run(ctx, l.t.client, []string{l.key},
 		l.id, l.c.Max, l.t.releaseChannel(), l.name).Err()
@@ -115,12 +113,9 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // AcquireWait leases one of c.Max slots of key, waiting up to maxWait
-// for one to be given back when all are taken. It wakes as soon as a
-// lease of key is released (by this process, or by another whose release
-// it hears of when Options.Subscribe is on) and otherwise looks again
-// every LeasePoll, or when the earliest lease runs out if that is sooner.
-// When no slot was free within maxWait it returns the last *BusyError; a
-// maxWait of zero or less tries once, as Acquire does.
+// for one to be released, else returning the last *BusyError; a maxWait
+// of zero or less tries once. It looks again at a release it hears of,
+// when the earliest lease runs out, or after LeasePoll.
 func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, maxWait time.Duration) (*Lease, error) {
 	deadline := t.hostNow().Add(maxWait)
 	for {
@@ -156,8 +151,7 @@ func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, m
 	}
 }
 
-// releaseChannel is the pub/sub channel on which releases of leases that
-// others may be waiting for are announced; the message is the key.
+// releaseChannel is the pub/sub channel of releases; the message is the key.
 func (t *Throttle) releaseChannel() string { return t.prefix + ":releases" }
 
 // releaseLine holds, per key, the callers of AcquireWait waiting for a

@@ -110,17 +110,6 @@ const (
 	CountsCalls
 )
 
-// String returns "cost" or "calls".
-func (c Counts) String() string {
-	switch c {
-	case CountsCost:
-		return "cost"
-	case CountsCalls:
-		return "calls"
-	}
-	return fmt.Sprintf("Counts(%d)", int(c))
-}
-
 // String describes the rate, as "20 per 10s, burst 5, counting calls".
 func (r Rate) String() string {
 	s := fmt.Sprintf("%d per %v", r.Rate, cmp.Or(r.Per, time.Second))
@@ -328,17 +317,14 @@ func unreachable(err error) bool {
 type Reservation struct {
 	// OK reports whether a slot was booked.
 	OK bool
-	// Delay is how long from the reservation until the slot: sleep this
-	// long, then call. Zero when the slot is due now.
+	// Delay is how long from the reservation until the slot.
 	Delay time.Duration
 	// RetryAfter, when !OK, is how long until a slot within MaxWait may be
 	// had, if nobody else books one first.
 	RetryAfter time.Duration
-	// Paused is how much longer the key is paused, at the time of the
-	// reservation.
+	// Paused is how much longer the key was paused when reserved.
 	Paused time.Duration
-	// Local reports that Redis was unreachable and the slot was booked by
-	// the in-process fallback.
+	// Local reports that the in-process fallback booked the slot.
 	Local bool
 	// Share is the part of the Limit's rate the fleet paced this slot at,
 	// from 0 to 1: below 1 after Backoff, climbing back to 1 over time.
@@ -483,12 +469,9 @@ func flag(b bool) string {
 	return "0"
 }
 
-// Cancel gives back a reservation that will not be used. It succeeds only
-// while no later reservation has been made on the key (otherwise the slot
-// stays spent, a gap in the pace); it reports whether the slot came back.
-// The key's next slot never moves back into a pause. With Limit.Also,
-// every bucket gives back what the call took from it, except a bucket that
-// a pause moved since: its TAT stays at the pause's end.
+// Cancel gives back a reservation that will not be used, and reports
+// whether the slot came back: only while no later reservation has been
+// made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if !r.OK || r.Local || r.key == "" {
 		return false, nil
