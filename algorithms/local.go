@@ -76,10 +76,7 @@ func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Deci
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if key == "" {
-		return Decision{}, ErrInvalidKey
-	}
-	if err := l.c.checkCost(n); err != nil {
+	if err := l.c.check(key, n); err != nil {
 		return Decision{}, err
 	}
 	now := l.clock().UnixMicro()

@@ -29,14 +29,12 @@ type Policy struct {
 // Limits on policies, so that every quantity the scripts compute stays an
 // exact integer in a Lua double.
 const (
-	// MinPeriod is the shortest Period accepted.
+	// MinPeriod and MaxPeriod bound Period.
 	MinPeriod = time.Millisecond
-	// MaxPeriod is the longest Period accepted.
 	MaxPeriod = 366 * 24 * time.Hour
 	// MaxLimit is the largest Limit or Burst accepted.
 	MaxLimit = int64(1) << 40
-	// MaxLogLimit is the largest Limit accepted for SlidingWindowLog, which
-	// stores one entry per admitted unit.
+	// MaxLogLimit is the largest Limit accepted for SlidingWindowLog.
 	MaxLogLimit = 100_000
 	// exactBound bounds every scaled quantity of the bucket algorithms.
 	exactBound = int64(1) << 52
@@ -138,12 +136,14 @@ func compile(p Policy) (params, error) {
 	return c, nil
 }
 
-// checkCost validates one call's cost against the policy.
-func (c *params) checkCost(n int64) error {
-	if n < 1 {
+// check validates one call's key and cost against the policy.
+func (c *params) check(key string, n int64) error {
+	switch {
+	case key == "":
+		return ErrInvalidKey
+	case n < 1:
 		return fmt.Errorf("%w, got %d", ErrInvalidCost, n)
-	}
-	if n > c.capacity {
+	case n > c.capacity:
 		return fmt.Errorf("%w: cost %d, capacity %d (%s)", ErrCostExceedsCapacity, n, c.capacity, c.alg)
 	}
 	return nil

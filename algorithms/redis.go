@@ -109,11 +109,11 @@ func (r *Redis) Reset(ctx context.Context, key string) error {
 }
 
 func (r *Redis) do(ctx context.Context, key string, n int64, consume string) (Decision, error) {
-	k, err := r.Key(key)
-	if err != nil {
+	if err := r.c.check(key, n); err != nil {
 		return Decision{}, err
 	}
-	if err := r.c.checkCost(n); err != nil {
+	k, err := keyspace.Key(r.prefix, r.kind, key)
+	if err != nil {
 		return Decision{}, err
 	}
 	now := ""
