@@ -8,32 +8,29 @@ import (
 
 // LocalOptions configures NewLocal. A nil *LocalOptions means defaults.
 type LocalOptions struct {
-	// Clock returns the current time. Default time.Now. Tests and
-	// simulations pass a fake clock; decisions depend only on its
-	// readings.
+	// Clock returns the current time; default time.Now. Decisions depend
+	// only on its readings.
 	Clock func() time.Time
 }
 
-// Local is an in-process Limiter: the reference model of each algorithm, a
-// fallback when Redis is out of reach, and the default of the embedded
-// setup. Its state lives in a map whose entries expire when they become
-// equivalent to an empty key, exactly as the Redis keys do, so memory stays
-// proportional to the keys active within one period. If its clock steps
-// back, it decides at the latest time an AllowN has seen. Safe for
-// concurrent use.
+// Local is an in-process Limiter: the reference model of each algorithm.
+// Its entries expire when they become equivalent to no state, as the Redis
+// keys do, so memory stays proportional to the keys active within one
+// period. If its clock steps back, it decides at the latest time an AllowN
+// has seen. Safe for concurrent use.
 type Local struct {
 	p      Policy
 	c      params
 	clock  func() time.Time
 	mu     sync.Mutex
-	keys   map[string]*localEntry
+	keys   map[string]localEntry
 	last   int64 // the latest time (µs) of a consuming call
 	sweep  int64 // the next time (µs) to drop expired entries
 	sweepN int   // the map size that triggers an early sweep
 }
 
 type localEntry struct {
-	state   any   // fwState, []int64, scState, tbState or gcraState
+	state   any   // as step.next
 	expires int64 // µs; the entry is gone at or after this time
 }
 
@@ -44,7 +41,7 @@ func NewLocal(p Policy, opts *LocalOptions) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Local{p: p, c: c, clock: time.Now, keys: make(map[string]*localEntry), sweepN: 1024}
+	l := &Local{p: p, c: c, clock: time.Now, keys: make(map[string]localEntry), sweepN: 1024}
 	if opts != nil && opts.Clock != nil {
 		l.clock = opts.Clock
 	}
@@ -75,22 +72,11 @@ func (l *Local) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// Len returns the number of keys held, expired ones included until the next
-// sweep. For tests and metrics.
-func (l *Local) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
-}
-
 func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if key == "" {
-		return Decision{}, ErrInvalidKey
-	}
-	if err := l.c.checkCost(n); err != nil {
+	if err := l.c.check(key, n); err != nil {
 		return Decision{}, err
 	}
 	now := l.clock().UnixMicro()
@@ -105,24 +91,18 @@ func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Deci
 		l.last = now
 		l.maybeSweep(now)
 	}
-	e := l.keys[key]
 	var state any
-	if e != nil && now < e.expires {
+	if e := l.keys[key]; now < e.expires {
 		state = e.state
 	}
-	res, next, ttl, write := l.c.eval(state, now, n, consume)
-	if write {
-		if next == nil {
-			delete(l.keys, key)
-		} else {
-			if e == nil {
-				e = &localEntry{}
-				l.keys[key] = e
-			}
-			e.state, e.expires = next, now+ttlMillis(ttl)*1000
-		}
+	s := l.c.eval(state, now, n, consume)
+	switch {
+	case s.write && s.next == nil:
+		delete(l.keys, key)
+	case s.write:
+		l.keys[key] = localEntry{state: s.next, expires: now + ttlMillis(s.ttl)*1000}
 	}
-	return res.decision(l.c.capacity), nil
+	return s.res.decision(l.c.capacity), nil
 }
 
 // maybeSweep drops expired entries once a second, or sooner when the map
@@ -137,40 +117,7 @@ func (l *Local) maybeSweep(now int64) {
 		}
 	}
 	l.sweep = now + int64(time.Second/time.Microsecond)
-	l.sweepN = 2 * len(l.keys)
-	if l.sweepN < 1024 {
-		l.sweepN = 1024
-	}
-}
-
-// eval runs the model of c's algorithm on state (nil: no state). next is
-// nil when the key should be deleted.
-func (c *params) eval(state any, now, n int64, consume bool) (res result, next any, ttl int64, write bool) {
-	switch c.alg {
-	case FixedWindow:
-		st, ok := state.(fwState)
-		s := c.fixedWindow(st, ok, now, n, consume)
-		return s.res, s.next, s.ttl, s.write
-	case SlidingWindowLog:
-		st, _ := state.([]int64)
-		s := c.slidingLog(st, now, n, consume)
-		if s.write && len(s.next) == 0 {
-			return s.res, nil, 0, true
-		}
-		return s.res, s.next, s.ttl, s.write
-	case SlidingWindowCounter:
-		st, ok := state.(scState)
-		s := c.slidingCounter(st, ok, now, n, consume)
-		return s.res, s.next, s.ttl, s.write
-	case TokenBucket:
-		st, ok := state.(tbState)
-		s := c.tokenBucket(st, ok, now, n, consume)
-		return s.res, s.next, s.ttl, s.write
-	default: // GCRA; compile admits nothing else
-		st, ok := state.(gcraState)
-		s := c.gcra(st, ok, now, n, consume)
-		return s.res, s.next, s.ttl, s.write
-	}
+	l.sweepN = max(2*len(l.keys), 1024)
 }
 
 func (r result) decision(limit int64) Decision {

@@ -5,30 +5,42 @@ import (
 	"sort"
 )
 
-// This file is the reference model: each algorithm as a pure function of
-// (state, now, cost). The in-process limiter runs these functions; the Lua
-// scripts in internal/scripts perform the same arithmetic in the same
-// order, and the differential tests hold them to identical decisions.
-//
-// All times are microseconds since the Unix epoch; all durations are
-// microseconds. A function returns the new state and its lifetime only when
-// it writes: refused calls and peeks change nothing (apart from trimming
-// expired log entries, which changes no decision).
+// The reference model: each algorithm as a pure function of (state, now,
+// cost), times and durations in microseconds. The Lua scripts in
+// internal/scripts do the same arithmetic in the same order, and the
+// differential tests hold them to identical decisions.
 
 // result is a decision in microseconds.
 type result struct {
 	allowed   bool
 	remaining int64
-	reset     int64 // microseconds until full capacity
-	retry     int64 // microseconds until the same cost would be admitted
+	reset     int64 // until full capacity
+	retry     int64 // until the same cost would be admitted
 }
 
-// step is the outcome of one model evaluation.
-type step[S any] struct {
+// step is one evaluation. When write is set, next is stored for ttl (nil
+// next: delete the key). Refused calls and peeks write nothing, except that
+// the sliding log drops expired entries, which changes no decision.
+type step struct {
 	res   result
-	next  S     // the state to store, when write
-	ttl   int64 // lifetime of next in microseconds, when write
+	next  any // fwState, []int64, scState, tbState or gcraState
+	ttl   int64
 	write bool
+}
+
+// eval runs c's algorithm on state (nil: no state).
+func (c *params) eval(state any, now, n int64, consume bool) step {
+	switch c.alg {
+	case FixedWindow:
+		return c.fixedWindow(state, now, n, consume)
+	case SlidingWindowLog:
+		return c.slidingLog(state, now, n, consume)
+	case SlidingWindowCounter:
+		return c.slidingCounter(state, now, n, consume)
+	case TokenBucket:
+		return c.tokenBucket(state, now, n, consume)
+	}
+	return c.gcra(state, now, n, consume) // compile admits nothing else
 }
 
 func floorDiv(a, b int64) int64 {
@@ -56,7 +68,8 @@ func ttlMillis(us int64) int64 {
 // and what it has admitted.
 type fwState struct{ win, count int64 }
 
-func (c *params) fixedWindow(st fwState, ok bool, now, n int64, consume bool) (s step[fwState]) {
+func (c *params) fixedWindow(state any, now, n int64, consume bool) (s step) {
+	st, ok := state.(fwState)
 	w := floorDiv(now, c.period)
 	var count int64
 	if ok {
@@ -83,7 +96,8 @@ func (c *params) fixedWindow(st fwState, ok bool, now, n int64, consume bool) (s
 }
 
 // slidingLog's state is the sorted list of admission times, one per unit.
-func (c *params) slidingLog(log []int64, now, n int64, consume bool) (s step[[]int64]) {
+func (c *params) slidingLog(state any, now, n int64, consume bool) (s step) {
+	log, _ := state.([]int64)
 	if k := len(log); k > 0 && log[k-1] > now {
 		now = log[k-1] // never decide at a time before the newest entry
 	}
@@ -97,15 +111,17 @@ func (c *params) slidingLog(log []int64, now, n int64, consume bool) (s step[[]i
 		s.res.retry = live[count+n-c.limit-1] + c.period - now
 	}
 	if consume {
-		next := make([]int64, 0, len(live)+int(n))
-		next = append(next, live...)
+		next := append(make([]int64, 0, len(live)+int(n)), live...)
 		if s.res.allowed {
-			for j := int64(0); j < n; j++ {
+			for range n {
 				next = append(next, now)
 			}
 		}
 		live = next
-		s.next, s.write = next, true
+		s.write = true
+		if len(next) > 0 {
+			s.next = next
+		}
 	}
 	s.res.remaining = c.limit - int64(len(live))
 	if k := len(live); k > 0 {
@@ -119,9 +135,9 @@ func (c *params) slidingLog(log []int64, now, n int64, consume bool) (s step[[]i
 // the counts admitted in it and in the window before.
 type scState struct{ win, cur, prev int64 }
 
-// scWeight is the share of the previous window's count that still overlaps
-// the sliding window, elapsed microseconds into the current window. The
-// Lua script computes exactly this expression.
+// scWeight is the part of the previous window's count prev that still
+// overlaps the sliding window, elapsed µs into the current window, computed
+// as the Lua script does.
 func (c *params) scWeight(prev, elapsed int64) float64 {
 	return float64(prev) * float64(c.period-elapsed) / float64(c.period)
 }
@@ -129,10 +145,7 @@ func (c *params) scWeight(prev, elapsed int64) float64 {
 // scFirstFit returns the first elapsed time, at or after from, at which
 // scWeight(prev, elapsed) <= room.
 func (c *params) scFirstFit(prev, room, from int64) int64 {
-	e := c.period - int64(math.Floor(float64(room)*float64(c.period)/float64(prev)))
-	if e < from {
-		e = from
-	}
+	e := max(c.period-int64(math.Floor(float64(room)*float64(c.period)/float64(prev))), from)
 	// Absorb the rounding of the division above: a step or two at most.
 	for e < c.period && c.scWeight(prev, e) > float64(room) {
 		e++
@@ -143,7 +156,8 @@ func (c *params) scFirstFit(prev, room, from int64) int64 {
 	return e
 }
 
-func (c *params) slidingCounter(st scState, ok bool, now, n int64, consume bool) (s step[scState]) {
+func (c *params) slidingCounter(state any, now, n int64, consume bool) (s step) {
+	st, ok := state.(scState)
 	w := floorDiv(now, c.period)
 	var cur, prev int64
 	if ok {
@@ -165,11 +179,7 @@ func (c *params) slidingCounter(st scState, ok bool, now, n int64, consume bool)
 		cur += n
 		s.next, s.ttl, s.write = scState{w, cur, prev}, start+2*c.period-now, true
 	}
-	rem := math.Floor(float64(c.limit-cur) - weighted)
-	if rem < 0 {
-		rem = 0
-	}
-	s.res.remaining = int64(rem)
+	s.res.remaining = int64(max(math.Floor(float64(c.limit-cur)-weighted), 0))
 	switch {
 	case cur > 0:
 		s.res.reset = start + 2*c.period - now
@@ -177,24 +187,20 @@ func (c *params) slidingCounter(st scState, ok bool, now, n int64, consume bool)
 		s.res.reset = start + c.period - now
 	}
 	if !s.res.allowed {
-		if cur+n <= c.limit {
-			// Later in this window, once enough of the previous one
-			// has slid out.
+		if cur+n <= c.limit { // later in this window, as the previous one slides out
 			s.res.retry = start + c.scFirstFit(prev, c.limit-cur-n, elapsed+1) - now
-		} else {
-			// In the next window, where this window's count is the
-			// previous one.
+		} else { // in the next window, where this window's count is the previous one
 			s.res.retry = start + c.period + c.scFirstFit(cur, c.limit-n, 0) - now
 		}
 	}
 	return s
 }
 
-// tbState is a token bucket's state: tokens in units of 1/pr of a token
-// (so that one microsecond adds exactly rl of them) at time last.
+// tbState is a token bucket's state: tokens, in 1/pr of a unit, at last.
 type tbState struct{ tokens, last int64 }
 
-func (c *params) tokenBucket(st tbState, ok bool, now, n int64, consume bool) (s step[tbState]) {
+func (c *params) tokenBucket(state any, now, n int64, consume bool) (s step) {
+	st, ok := state.(tbState)
 	full := c.capacity * c.pr
 	tokens := full
 	if ok {
@@ -225,11 +231,11 @@ func (c *params) tokenBucket(st tbState, ok bool, now, n int64, consume bool) (s
 	return s
 }
 
-// gcraState is the theoretical arrival time TAT = at + frac/rl
-// microseconds, with 0 <= frac < rl: exact for any rate.
+// gcraState is the theoretical arrival time, at + frac/rl µs (frac < rl).
 type gcraState struct{ at, frac int64 }
 
-func (c *params) gcra(st gcraState, ok bool, now, n int64, consume bool) (s step[gcraState]) {
+func (c *params) gcra(state any, now, n int64, consume bool) (s step) {
+	st, ok := state.(gcraState)
 	full := c.capacity * c.pr // the burst tolerance, in 1/rl microseconds
 	at, frac := now, int64(0)
 	if ok && st.at >= now {

@@ -2,21 +2,17 @@ package algorithms
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/ratio"
 )
 
-// Policy says how much a key may admit.
-//
-// For the window algorithms (FixedWindow, SlidingWindowLog,
-// SlidingWindowCounter) a key admits at most Limit units per Period. For the
-// buckets (TokenBucket, GCRA) Limit/Period is the sustained rate and Burst
-// the capacity: how many units may pass at once after an idle spell.
-//
-// The zero value is not valid: build policies with a literal and check them
-// with Validate (NewLocal and NewRedis do).
+// Policy says how much a key may admit: at most Limit units per Period for
+// the window algorithms; for the buckets (TokenBucket, GCRA), Limit/Period
+// is the sustained rate and Burst how many units may pass at once after an
+// idle spell. The zero value is not valid; NewLocal and NewRedis Validate.
 type Policy struct {
 	// Algorithm chooses the algorithm. Required.
 	Algorithm Algorithm
@@ -30,17 +26,15 @@ type Policy struct {
 	Burst int64
 }
 
-// Limits on policies, chosen so that every quantity the scripts compute
-// stays an exact integer in a Lua double (below 2^53).
+// Limits on policies, so that every quantity the scripts compute stays an
+// exact integer in a Lua double.
 const (
-	// MinPeriod is the shortest Period accepted.
+	// MinPeriod and MaxPeriod bound Period.
 	MinPeriod = time.Millisecond
-	// MaxPeriod is the longest Period accepted.
 	MaxPeriod = 366 * 24 * time.Hour
 	// MaxLimit is the largest Limit or Burst accepted.
 	MaxLimit = int64(1) << 40
-	// MaxLogLimit is the largest Limit accepted for SlidingWindowLog, which
-	// stores one entry per admitted unit.
+	// MaxLogLimit is the largest Limit accepted for SlidingWindowLog.
 	MaxLogLimit = 100_000
 	// exactBound bounds every scaled quantity of the bucket algorithms.
 	exactBound = int64(1) << 52
@@ -64,8 +58,7 @@ func (p Policy) String() string {
 	return s
 }
 
-// FieldError is the error of Validate, NewLocal and NewRedis for a policy
-// that is not valid: which field is wrong and why. It unwraps to
+// FieldError says which field of a Policy is wrong and why. It unwraps to
 // ErrInvalidPolicy.
 type FieldError struct {
 	// Field is the field at fault, in lower case: "algorithm", "limit",
@@ -97,47 +90,37 @@ func (p Policy) Validate() error {
 // params is a validated policy in the integer units the algorithms use.
 type params struct {
 	alg      Algorithm
-	limit    int64 // L
-	period   int64 // P, microseconds
-	capacity int64 // B: Burst or Limit
-	// The rate Limit/Period reduced to lowest terms: rl units per pr
-	// microseconds. The buckets count in units of 1/pr of a unit, so that
-	// one microsecond refills exactly rl of them.
+	limit    int64
+	period   int64 // µs
+	capacity int64 // Burst or Limit
+	// The rate in lowest terms, rl units per pr µs. The buckets count in
+	// 1/pr of a unit, so that one µs refills exactly rl of them.
 	rl, pr int64
 }
 
 func compile(p Policy) (params, error) {
-	switch p.Algorithm {
-	case FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, GCRA:
-	case "":
+	bucket := p.Algorithm == TokenBucket || p.Algorithm == GCRA
+	switch {
+	case p.Algorithm == "":
 		return params{}, policyErr("algorithm", "missing; one of %v", Algorithms)
-	default:
+	case !slices.Contains(Algorithms, p.Algorithm):
 		return params{}, policyErr("algorithm", "unknown algorithm %q; one of %v", p.Algorithm, Algorithms)
-	}
-	if p.Limit < 1 {
+	case p.Limit < 1:
 		return params{}, policyErr("limit", "must be at least 1, got %d", p.Limit)
-	}
-	if p.Limit > MaxLimit {
+	case p.Limit > MaxLimit:
 		return params{}, policyErr("limit", "must be at most %d, got %d", MaxLimit, p.Limit)
-	}
-	if p.Algorithm == SlidingWindowLog && p.Limit > MaxLogLimit {
+	case p.Algorithm == SlidingWindowLog && p.Limit > MaxLogLimit:
 		return params{}, policyErr("limit", "%s stores one entry per unit and allows at most %d, got %d; use %s or %s for larger limits",
 			p.Algorithm, MaxLogLimit, p.Limit, SlidingWindowCounter, GCRA)
-	}
-	if p.Period < MinPeriod || p.Period > MaxPeriod {
+	case p.Period < MinPeriod || p.Period > MaxPeriod:
 		return params{}, policyErr("period", "must be between %s and %s, got %s", MinPeriod, MaxPeriod, p.Period)
-	}
-	if p.Period%time.Microsecond != 0 {
+	case p.Period%time.Microsecond != 0:
 		return params{}, policyErr("period", "must be a whole number of microseconds, got %s", p.Period)
-	}
-	bucket := p.Algorithm == TokenBucket || p.Algorithm == GCRA
-	if p.Burst < 0 {
+	case p.Burst < 0:
 		return params{}, policyErr("burst", "must not be negative, got %d", p.Burst)
-	}
-	if !bucket && p.Burst != 0 {
+	case !bucket && p.Burst != 0:
 		return params{}, policyErr("burst", "%s has no burst; leave it 0 (the window admits Limit)", p.Algorithm)
-	}
-	if p.Burst > MaxLimit {
+	case p.Burst > MaxLimit:
 		return params{}, policyErr("burst", "must be at most %d, got %d", MaxLimit, p.Burst)
 	}
 	c := params{
@@ -153,21 +136,23 @@ func compile(p Policy) (params, error) {
 	return c, nil
 }
 
-// checkCost validates one call's cost against the policy.
-func (c *params) checkCost(n int64) error {
-	if n < 1 {
+// check validates one call's key and cost against the policy.
+func (c *params) check(key string, n int64) error {
+	switch {
+	case key == "":
+		return ErrInvalidKey
+	case n < 1:
 		return fmt.Errorf("%w, got %d", ErrInvalidCost, n)
-	}
-	if n > c.capacity {
+	case n > c.capacity:
 		return fmt.Errorf("%w: cost %d, capacity %d (%s)", ErrCostExceedsCapacity, n, c.capacity, c.alg)
 	}
 	return nil
 }
 
 // ScriptArgs returns the policy's constant arguments to the admission
-// scripts (limit, period in µs, capacity, and the rate in lowest terms),
-// for packages of this module that run admission inside a larger script.
-// It fails as Validate does.
+// scripts (limit, period in µs, capacity, the rate in lowest terms), for
+// packages of this module that run admission inside a larger script. It
+// fails as Validate does.
 func (p Policy) ScriptArgs() ([5]string, error) {
 	c, err := compile(p)
 	if err != nil {

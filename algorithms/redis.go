@@ -18,27 +18,19 @@ const DefaultPrefix = "sluice:rl"
 
 // RedisOptions configures NewRedis. A nil *RedisOptions means defaults.
 type RedisOptions struct {
-	// Prefix starts every key name; default DefaultPrefix. Two limiters
-	// of the same algorithm share state for a key when their prefixes are
-	// equal: give each policy that limits the same keys its own prefix.
+	// Prefix starts every key name; default DefaultPrefix. Limiters of the
+	// same algorithm and prefix share each key's state.
 	Prefix string
-	// Clock, when set, replaces the Redis server's clock. Only for tests
-	// and simulations that must control time: in production leave it nil,
-	// so that every process decides on one clock whatever its host's
-	// says. Keys written with a Clock live one hour longer than needed.
+	// Clock, when set, replaces the Redis server's clock: only for tests
+	// and simulations. Keys written with it live an hour longer than
+	// needed.
 	Clock func() time.Time
 }
 
 // Redis is a Limiter whose state lives in Redis, shared by every process
-// using the same server or cluster. Each call is one Lua script (one round
-// trip, atomic) decided on the server's clock. Safe for concurrent use.
-//
-// Key names are Prefix + ":" + short algorithm name + ":{" + encoded key
-// + "}", such as "sluice:rl:gcra:{=tenant-1}": one hash tag
-// per limited key, so any key works on Redis Cluster;
-// keys of any bytes and any length are encoded injectively (see
-// internal/keyspace). Every key written has a TTL that ends when its state
-// becomes equivalent to no state.
+// using the same server or cluster: one atomic Lua script a call, decided
+// on the server's clock. Each limited key is one Redis key with its own
+// hash tag and a TTL (see Key). Safe for concurrent use.
 type Redis struct {
 	p      Policy
 	c      params
@@ -87,7 +79,9 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 // Policy returns the policy r enforces.
 func (r *Redis) Policy() Policy { return r.p }
 
-// Key returns the Redis key that holds key's state.
+// Key returns the Redis key that holds key's state: Prefix, the short
+// algorithm name and key encoded by internal/keyspace as a hash tag, such
+// as "sluice:rl:gcra:{=tenant-1}".
 func (r *Redis) Key(key string) (string, error) {
 	if key == "" {
 		return "", ErrInvalidKey
@@ -111,20 +105,15 @@ func (r *Redis) Reset(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if d, ok := r.client.(interface {
-		Del(context.Context, ...string) *redis.IntCmd
-	}); ok {
-		return d.Del(ctx, k).Err()
-	}
 	return r.client.Eval(ctx, "return redis.call('DEL', KEYS[1])", []string{k}).Err()
 }
 
 func (r *Redis) do(ctx context.Context, key string, n int64, consume string) (Decision, error) {
-	k, err := r.Key(key)
-	if err != nil {
+	if err := r.c.check(key, n); err != nil {
 		return Decision{}, err
 	}
-	if err := r.c.checkCost(n); err != nil {
+	k, err := keyspace.Key(r.prefix, r.kind, key)
+	if err != nil {
 		return Decision{}, err
 	}
 	now := ""

@@ -189,7 +189,7 @@ func TestPauseStopsTheFleet(t *testing.T) {
 		done := make(chan result, 1)
 		started := time.Now()
 		go func() {
-			ok, err := b.await(ctx, r)
+			ok, err := b.Await(ctx, r)
 			done <- result{ok, err}
 		}()
 		if _, err := a.Pause(ctx, "api", lim, 3*time.Minute); err != nil {

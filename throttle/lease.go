@@ -1,15 +1,16 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
@@ -24,8 +25,7 @@ type Concurrency struct {
 	// Max is the number of calls that may run at once. At least 1.
 	Max int64
 	// Lease is how long a slot stays taken if its holder neither releases
-	// nor extends it (a worker that died). Default DefaultLease; use more
-	// than the longest call, or Extend.
+	// nor extends it. Default DefaultLease.
 	Lease time.Duration
 }
 
@@ -62,71 +62,46 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 	if c.Lease < 0 {
 		return nil, fmt.Errorf("sluice: throttle: Concurrency.Lease must not be negative, got %v", c.Lease)
 	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.Name == "" {
-		c.Name = "default"
-	}
-	if key == "" {
-		return nil, fmt.Errorf("sluice: throttle: empty key")
-	}
-	k, err := keyspace.Key(t.prefix, "conc", key)
+	c.Lease, c.Name = cmp.Or(c.Lease, DefaultLease), cmp.Or(c.Name, "default")
+	k, err := t.key("conc", key)
 	if err != nil {
 		return nil, err
 	}
-	var raw [12]byte
-	if _, err := rand.Read(raw[:]); err != nil {
+	var id [12]byte
+	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(raw[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
-	taken, err := l.run(ctx)
-	if err != nil {
+	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(id[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
+	if err := l.Extend(ctx); err != nil {
 		return nil, err
-	}
-	if taken != nil {
-		return nil, &BusyError{Key: key, InUse: taken[1], RetryAfter: time.Duration(taken[2]) * time.Microsecond}
 	}
 	return l, nil
-}
-
-// run takes or renews the lease; it returns the reply when refused.
-func (l *Lease) run(ctx context.Context) ([]int64, error) {
-	v, err := scripts.ThrottleAcquire.Run(ctx, l.t.client, []string{l.key},
-		l.c.Max, l.id, l.life, l.t.now()).Int64Slice()
-	if err != nil {
-		if unreachable(err) {
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return nil, fmt.Errorf("sluice: throttle acquire: %w", err)
-	}
-	if len(v) != 3 {
-		return nil, fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
-	}
-	l.t.metrics.inUse(l.c.Name, v[1])
-	if v[0] != 1 {
-		return v, nil
-	}
-	return nil, nil
 }
 
 // Extend renews the lease for another Concurrency.Lease from now. It
 // fails with a *BusyError if the lease had already run out and its slot
 // was taken by someone else.
 func (l *Lease) Extend(ctx context.Context) error {
-	refused, err := l.run(ctx)
+	v, err := scripts.ThrottleAcquire.Run(ctx, l.t.client, []string{l.key},
+		l.c.Max, l.id, l.life, l.t.now()).Int64Slice()
 	if err != nil {
-		return err
+		if unreachable(err) {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return fmt.Errorf("sluice: throttle acquire: %w", err)
 	}
-	if refused != nil {
-		return &BusyError{Key: l.name, InUse: refused[1], RetryAfter: time.Duration(refused[2]) * time.Microsecond}
+	if len(v) != 3 {
+		return fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
+	}
+	l.t.metrics.leased.WithLabelValues(l.c.Name).Set(float64(v[1]))
+	if v[0] != 1 {
+		return &BusyError{Key: l.name, InUse: v[1], RetryAfter: time.Duration(v[2]) * time.Microsecond}
 	}
 	return nil
 }
 
-// Release gives the slot back. It is usable at once: callers of
-// AcquireWait for the same key are woken, in this process at once and in
-// others through Redis pub/sub when their Throttle subscribes.
+// Release gives the slot back, and wakes a caller of AcquireWait for the
+// same key (in other processes, through pub/sub when they subscribe).
 func (l *Lease) Release(ctx context.Context) error {
 	err := scripts.ThrottleRelease.Run(ctx, l.t.client, []string{l.key},
 		l.id, l.c.Max, l.t.releaseChannel(), l.name).Err()
@@ -138,12 +113,9 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // AcquireWait leases one of c.Max slots of key, waiting up to maxWait
-// for one to be given back when all are taken. It wakes as soon as a
-// lease of key is released (by this process, or by another whose release
-// it hears of when Options.Subscribe is on) and otherwise looks again
-// every LeasePoll, or when the earliest lease runs out if that is sooner.
-// When no slot was free within maxWait it returns the last *BusyError; a
-// maxWait of zero or less tries once, as Acquire does.
+// for one to be released, else returning the last *BusyError; a maxWait
+// of zero or less tries once. It looks again at a release it hears of,
+// when the earliest lease runs out, or after LeasePoll.
 func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, maxWait time.Duration) (*Lease, error) {
 	deadline := t.hostNow().Add(maxWait)
 	for {
@@ -179,8 +151,7 @@ func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, m
 	}
 }
 
-// releaseChannel is the pub/sub channel on which releases of leases that
-// others may be waiting for are announced; the message is the key.
+// releaseChannel is the pub/sub channel of releases; the message is the key.
 func (t *Throttle) releaseChannel() string { return t.prefix + ":releases" }
 
 // releaseLine holds, per key, the callers of AcquireWait waiting for a
@@ -204,18 +175,7 @@ func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
 	return ch, func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		line := r.waiting[key]
-		for i, c := range line {
-			if c == ch {
-				line = append(line[:i:i], line[i+1:]...)
-				break
-			}
-		}
-		if len(line) == 0 {
-			delete(r.waiting, key)
-		} else {
-			r.waiting[key] = line
-		}
+		r.set(key, slices.DeleteFunc(r.waiting[key], func(c chan struct{}) bool { return c == ch }))
 	}
 }
 
@@ -223,17 +183,17 @@ func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
 func (r *releaseLine) notify(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	line := r.waiting[key]
-	if len(line) == 0 {
-		return
-	}
-	close(line[0])
-	if len(line) == 1 {
-		delete(r.waiting, key)
-	} else {
-		r.waiting[key] = line[1:]
+	if line := r.waiting[key]; len(line) > 0 {
+		close(line[0])
+		r.set(key, line[1:])
 	}
 }
 
-// ID returns the lease's identifier, for logs.
-func (l *Lease) ID() string { return l.id }
+// set stores key's line, or forgets it when empty. Callers hold r.mu.
+func (r *releaseLine) set(key string, line []chan struct{}) {
+	if len(line) == 0 {
+		delete(r.waiting, key)
+	} else {
+		r.waiting[key] = line
+	}
+}

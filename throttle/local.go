@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// localBuckets is the in-process fallback: each key paced at a share of its
-// rate by this process alone, while Redis is unreachable.
+// localBuckets is the in-process fallback (Options.Fallback): each key
+// paced at a share of its own rate by this process alone.
 type localBuckets struct {
 	share float64
 	mu    sync.Mutex
@@ -19,15 +19,6 @@ type localBucket struct {
 	paused time.Time
 }
 
-func newLocalBuckets(share float64) *localBuckets {
-	return &localBuckets{share: share, m: make(map[string]*localBucket)}
-}
-
-// interval is one unit's emission interval at the fallback's share of c.
-func (l *localBuckets) interval(c compiled) time.Duration {
-	return time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
-}
-
 func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now time.Time) Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -36,7 +27,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 	if b == nil {
 		b = &localBucket{}
 	}
-	iv := l.interval(c)
+	iv := time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
 	tat := b.tat
 	if tat.Before(now) {
 		tat = now
@@ -49,12 +40,9 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 		}
 	}
 	next := tat.Add(time.Duration(n) * iv)
-	delay := next.Add(-time.Duration(c.burst) * iv).Sub(now)
-	if delay < 0 {
-		delay = 0
-	}
-	if delay > time.Duration(c.maxWait)*time.Microsecond {
-		r.RetryAfter = delay - time.Duration(c.maxWait)*time.Microsecond
+	delay := max(next.Add(-time.Duration(c.burst)*iv).Sub(now), 0)
+	if maxWait := time.Duration(c.maxWait) * time.Microsecond; delay > maxWait {
+		r.RetryAfter = delay - maxWait
 		return r
 	}
 	r.OK, r.Delay = true, delay
@@ -65,7 +53,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 	return r
 }
 
-func (l *localBuckets) pause(key string, c compiled, until time.Time) {
+func (l *localBuckets) pause(key string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.m[key]
@@ -93,9 +81,8 @@ func (l *localBuckets) sweep(now time.Time) {
 	}
 }
 
-// pauseBoard holds the pauses this process knows of, and wakes sleeping
-// waiters when one is announced. Pauses are rare, so one broadcast channel
-// serves every key: woken waiters look up their own key.
+// pauseBoard holds the pauses this process knows of. One broadcast channel
+// wakes every sleeping waiter when one is announced; each looks up its key.
 type pauseBoard struct {
 	mu     sync.Mutex
 	ends   map[string]pauseEnd
@@ -104,16 +91,9 @@ type pauseBoard struct {
 
 // pauseEnd is what this process knows of the end of one key's pause.
 type pauseEnd struct {
-	// at is the end on the clock the scripts decide on (the Redis
-	// server's TIME, or Options.Clock), in µs; 0 when not known.
-	at int64
-	// guess is the end on this host's clock of a pause whose end on the
-	// scripts' clock is not known (set while Redis was unreachable, or
-	// announced without it); zero when there is none.
-	guess time.Time
-	// expires is when the pause may be forgotten, on this host's clock:
-	// its length counted from when it was heard of, so never early.
-	expires time.Time
+	at      int64     // µs on the scripts' clock; 0 when not known
+	guess   time.Time // on the host's clock, of a pause set while Redis was unreachable
+	expires time.Time // on the host's clock: when the pause may be forgotten, never early
 }
 
 // merge returns the later of e and o in each field, and whether o made

@@ -1,15 +1,14 @@
 package throttle
 
 import (
-	"github.com/sluicehq/sluice/internal/promreg"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // Metrics are the throttle's Prometheus collectors. Every series is
 // labelled by the Limit's or Concurrency's Name only, never by key, so
-// their number stays bounded. A nil *Metrics records nothing.
+// their number stays bounded. A nil *Metrics in Options records nothing.
 type Metrics struct {
 	reservations *prometheus.CounterVec
 	wait         *prometheus.HistogramVec
@@ -19,17 +18,9 @@ type Metrics struct {
 	slowdowns    *prometheus.CounterVec
 }
 
-// NewMetrics creates the collectors and registers them with reg (when not
-// nil):
-//
-//	sluice_throttle_reservations_total{throttle,result}  result: granted, too_far, local, late, error
-//	sluice_throttle_wait_seconds{throttle}               time from reservation to slot, histogram
-//	sluice_throttle_pauses_total{throttle}               pauses set by this process
-//	sluice_throttle_concurrency_in_use{throttle}         leased slots at the last acquire
-//	sluice_throttle_rate{throttle}                       the fleet's adaptive pace now, units a second
-//	sluice_throttle_slowdowns_total{throttle}            steps down of the pace set by this process
-//
-// It returns an error when reg already holds metrics of those names.
+// NewMetrics creates the collectors (docs/throttle.md lists them) and
+// registers them with reg when it is not nil. It returns an error when reg
+// already holds metrics of those names.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -64,58 +55,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) reserved(name string, r Reservation, local bool) {
-	if m == nil {
-		return
-	}
+// paced records the fleet's pace under c at the given share of its rate.
+func (m *Metrics) paced(c compiled, share float64) {
+	m.rate.WithLabelValues(c.name).Set(float64(c.rl) / float64(c.pr) * 1e6 * share)
+}
+
+// result names r's outcome in sluice_throttle_reservations_total.
+func (r Reservation) result() string {
 	switch {
 	case !r.OK:
-		m.reservations.WithLabelValues(name, "too_far").Inc()
-	case local:
-		m.reservations.WithLabelValues(name, "local").Inc()
-	default:
-		m.reservations.WithLabelValues(name, "granted").Inc()
+		return "too_far"
+	case r.Local:
+		return "local"
 	}
-}
-
-func (m *Metrics) failed(name string) {
-	if m != nil {
-		m.reservations.WithLabelValues(name, "error").Inc()
-	}
-}
-
-func (m *Metrics) waited(name string, d time.Duration) {
-	if m != nil {
-		m.wait.WithLabelValues(name).Observe(d.Seconds())
-	}
-}
-
-func (m *Metrics) paused(name string) {
-	if m != nil {
-		m.pauses.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) inUse(name string, n int64) {
-	if m != nil {
-		m.leased.WithLabelValues(name).Set(float64(n))
-	}
-}
-
-func (m *Metrics) paced(c compiled, share float64) {
-	if m != nil {
-		m.rate.WithLabelValues(c.name).Set(float64(c.rl) / float64(c.pr) * 1e6 * share)
-	}
-}
-
-func (m *Metrics) slowed(name string) {
-	if m != nil {
-		m.slowdowns.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) late(name string) {
-	if m != nil {
-		m.reservations.WithLabelValues(name, "late").Inc()
-	}
+	return "granted"
 }

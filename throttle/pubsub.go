@@ -11,10 +11,8 @@ import (
 func (t *Throttle) pauseChannel() string { return t.prefix + ":pauses" }
 
 // publish announces to other processes a pause of key that runs for d
-// more and ends at end (µs on the scripts' clock), as "d/end key" with d in
-// µs. Best effort: the pause itself is already in Redis, and a process that
-// misses the announcement only risks using a slot it booked before the
-// pause.
+// more and ends at end (µs on the scripts' clock), as "d/end key", d in µs.
+// Best effort: the pause itself is already in Redis.
 func (t *Throttle) publish(ctx context.Context, key string, d time.Duration, end int64) {
 	msg := strconv.FormatInt(int64(d/time.Microsecond), 10) + "/" + strconv.FormatInt(end, 10) + " " + key
 	if err := t.client.Publish(ctx, t.pauseChannel(), msg).Err(); err != nil {
@@ -28,8 +26,7 @@ func (t *Throttle) subscribe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	sub := t.client.Subscribe(ctx, t.pauseChannel(), t.releaseChannel())
 	// Wait for the confirmation, so that pauses announced after New
-	// returns are heard. If Redis is down now, go on: the subscription
-	// reconnects by itself.
+	// returns are heard; the subscription reconnects by itself.
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 	if _, err := sub.Receive(wctx); err != nil {
 		t.log.Warn("sluice: subscribing to pause announcements", "err", err)

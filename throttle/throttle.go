@@ -1,34 +1,17 @@
 // Package throttle paces outbound calls across a whole fleet of workers.
 //
-// A Throttle shares one bucket per key in Redis. A caller reserves the next
-// slot of the bucket and sleeps until it (GCRA, the leaky bucket as a
-// queue), so that calls leave every worker on every host evenly spaced at
-// the key's rate; a slot further away than the Limit's MaxWait is not
-// taken, and the caller learns when to come back. A Burst above 1 gives
-// token-bucket behaviour for APIs that allow bursts. Calls may cost more
-// than one unit, for APIs that charge points per call. A Limit may list
-// further rates (Limit.Also) that every call keeps as well, for APIs that
-// state several limits: 10 a second and 1,000 an hour, or requests and
-// tokens a minute.
-//
-// The three verbs follow golang.org/x/time/rate: Allow takes a slot only if
-// it is due now, Reserve books the next one and says how long to wait, and
-// Wait books and sleeps. Pause stops the whole fleet calling a key until a
-// time (a 429 with Retry-After); calls resume one interval apart, not all
-// at once. Acquire leases one of a fixed number of concurrency slots, for
-// APIs that cap parallel calls; a dead worker's lease runs out by itself.
-//
-// Every decision is taken by one Lua script on the Redis server's clock;
-// workers only sleep for the durations the server returns, so hosts whose
-// clocks disagree still space their calls correctly.
-//
-// When Redis cannot be reached, a Throttle fails closed by default: no
-// slot, an error wrapping ErrUnavailable, and the caller retries later.
-// Options.Fallback instead paces each key in process at a share of its
-// rate. docs/throttle.md has the details and the measured figures.
+// A Throttle shares one GCRA bucket per key in Redis (the leaky bucket as a
+// queue). Allow takes a slot only if it is due now, Reserve books the next
+// one and says how long to wait, Wait books and sleeps, as in
+// golang.org/x/time/rate. Pause and Backoff stop the fleet calling a key for
+// a while; Acquire leases one of a fixed number of concurrency slots. Every
+// decision is one Lua script on the Redis server's clock. Without Redis a
+// Throttle fails closed unless Options.Fallback is set. docs/throttle.md
+// has the details and the measured figures.
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,11 +36,9 @@ const (
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
 	// LeasePoll is how often AcquireWait asks Redis again for a lease
-	// when it cannot hear other processes' releases (Options.Subscribe
-	// off); releases in this process wake it at once.
-	LeasePoll = 100 * time.Millisecond
-	// LeasePollSubscribed is the same when releases are heard through
-	// pub/sub: only a safety net for a lost message.
+	// when it cannot hear other processes' releases; LeasePollSubscribed
+	// when it can (Options.Subscribe), as a safety net for a lost message.
+	LeasePoll           = 100 * time.Millisecond
 	LeasePollSubscribed = time.Second
 )
 
@@ -72,20 +53,17 @@ type Limit struct {
 	// Per is the period of Rate; default one second.
 	Per time.Duration
 	// Burst is how many units may start at once after an idle spell. The
-	// default, 1, spaces every call evenly (the leaky bucket); larger
-	// values behave as a token bucket of that size.
+	// default, 1, spaces every call evenly; larger values behave as a
+	// token bucket of that size.
 	Burst int64
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Default DefaultMaxWait; negative means only
 	// a slot that is due now.
 	MaxWait time.Duration
-	// Also lists further rates the key must keep to as well, for APIs
-	// that state several limits (10 a second and 1,000 an hour;
-	// requests and tokens a minute). Each is a bucket of its own in the
-	// key's hash; a call takes a slot in all of them at once, at the
-	// latest of the slots each would give it. The pause and the adaptive
-	// share apply to every bucket; the local fallback (Options.Fallback)
-	// paces only the Limit's own rate. At most MaxAlso rates.
+	// Also lists at most MaxAlso further rates the key must keep to, for
+	// APIs that state several limits (10 a second and 1,000 an hour). A
+	// call takes a slot in every bucket at once. The local fallback paces
+	// only the Limit's own rate.
 	Also []Rate
 }
 
@@ -105,19 +83,18 @@ func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
 // MaxAlso is the most rates Limit.Also may list.
 const MaxAlso = 4
 
-// Rate is one further limit of a key (Limit.Also): Rate units per Per,
-// with bursts of up to Burst units, validated as the Limit's own.
+// Rate is one further limit of a key (Limit.Also), with the defaults and
+// validation of the Limit's own.
 type Rate struct {
 	// Rate units are allowed per Per. Required.
 	Rate int64
 	// Per is the period of Rate; default one second.
 	Per time.Duration
 	// Burst is how many units may start at once after an idle spell;
-	// default 1, every call evenly spaced. An hourly quota usually wants
-	// a burst: with 1,000 an hour and Burst 1, calls are 3.6 s apart.
+	// default 1. An hourly quota usually wants a burst: with 1,000 an
+	// hour and Burst 1, calls are 3.6 s apart.
 	Burst int64
-	// Counts says what a call takes from this bucket: its cost (the
-	// default, as the Limit's own rate does) or one unit per call.
+	// Counts says what a call takes from this bucket.
 	Counts Counts
 }
 
@@ -133,24 +110,9 @@ const (
 	CountsCalls
 )
 
-// String returns "cost" or "calls".
-func (c Counts) String() string {
-	switch c {
-	case CountsCost:
-		return "cost"
-	case CountsCalls:
-		return "calls"
-	}
-	return fmt.Sprintf("Counts(%d)", int(c))
-}
-
 // String describes the rate, as "20 per 10s, burst 5, counting calls".
 func (r Rate) String() string {
-	per := r.Per
-	if per == 0 {
-		per = time.Second
-	}
-	s := fmt.Sprintf("%d per %v", r.Rate, per)
+	s := fmt.Sprintf("%d per %v", r.Rate, cmp.Or(r.Per, time.Second))
 	if r.Burst > 1 {
 		s += fmt.Sprintf(", burst %d", r.Burst)
 	}
@@ -160,92 +122,63 @@ func (r Rate) String() string {
 	return s
 }
 
-// compiled is a validated Limit in the units of the scripts.
-type compiled struct {
-	name    string
-	rl, pr  int64 // rate in lowest terms: rl units per pr µs
-	burst   int64
-	maxWait int64 // µs
-	args    [3]string
-	also    []bucket // Limit.Also
-}
-
-// bucket is one validated Rate of Limit.Also.
+// bucket is one validated Rate in the units of the scripts.
 type bucket struct {
-	rate   Rate // as given, with Per and Burst filled in
-	rl, pr int64
+	rate   Rate  // as given, with Per and Burst filled in
+	rl, pr int64 // the rate in lowest terms: rl units per pr µs
 	burst  int64
-	calls  bool // one unit per call, not the cost
-	args   [3]string
+	args   [3]string // rl, pr and burst, as the scripts take them
 }
 
 // cost is what a call of cost n takes from b.
 func (b bucket) cost(n int64) int64 {
-	if b.calls {
+	if b.rate.Counts == CountsCalls {
 		return 1
 	}
 	return n
 }
 
-// gcra validates a rate as the scripts' GCRA bucket and returns it in
-// lowest terms.
-func gcra(rate int64, per time.Duration, burst int64) (rl, pr int64, err error) {
-	p := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: rate, Period: per, Burst: burst}
-	if err := p.Validate(); err != nil {
-		return 0, 0, err
+func (r Rate) compile() (bucket, error) {
+	r.Per, r.Burst = cmp.Or(r.Per, time.Second), cmp.Or(r.Burst, 1)
+	if r.Counts != CountsCost && r.Counts != CountsCalls {
+		return bucket{}, fmt.Errorf("%w: unknown Counts %d", algorithms.ErrInvalidPolicy, int(r.Counts))
 	}
-	rl, pr = ratio.Reduce(rate, int64(per/time.Microsecond))
-	return rl, pr, nil
+	p := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: r.Rate, Period: r.Per, Burst: r.Burst}
+	if err := p.Validate(); err != nil {
+		return bucket{}, err
+	}
+	b := bucket{rate: r, burst: r.Burst}
+	b.rl, b.pr = ratio.Reduce(r.Rate, int64(r.Per/time.Microsecond))
+	for i, v := range []int64{b.rl, b.pr, b.burst} {
+		b.args[i] = strconv.FormatInt(v, 10)
+	}
+	return b, nil
 }
 
-func ints(a, b, c int64) [3]string {
-	return [3]string{strconv.FormatInt(a, 10), strconv.FormatInt(b, 10), strconv.FormatInt(c, 10)}
+// compiled is a validated Limit: its own bucket, and those of Also.
+type compiled struct {
+	bucket
+	name    string
+	maxWait int64 // µs
+	also    []bucket
 }
 
 func (l Limit) compile() (compiled, error) {
-	per := l.Per
-	if per == 0 {
-		per = time.Second
-	}
-	burst := l.Burst
-	if burst == 0 {
-		burst = 1
-	}
-	c := compiled{name: l.Name, burst: burst}
-	var err error
-	if c.rl, c.pr, err = gcra(l.Rate, per, burst); err != nil {
+	own, err := Rate{Rate: l.Rate, Per: l.Per, Burst: l.Burst}.compile()
+	if err != nil {
 		return compiled{}, err
 	}
 	if len(l.Also) > MaxAlso {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
+	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond)}
 	for i, r := range l.Also {
-		if r.Per == 0 {
-			r.Per = time.Second
-		}
-		if r.Burst == 0 {
-			r.Burst = 1
-		}
-		if r.Counts != CountsCost && r.Counts != CountsCalls {
-			return compiled{}, fmt.Errorf("%w: Also[%d]: unknown Counts %d", algorithms.ErrInvalidPolicy, i, int(r.Counts))
-		}
-		b := bucket{rate: r, burst: r.Burst, calls: r.Counts == CountsCalls}
-		if b.rl, b.pr, err = gcra(r.Rate, r.Per, r.Burst); err != nil {
+		b, err := r.compile()
+		if err != nil {
 			return compiled{}, fmt.Errorf("Also[%d]: %w", i, err)
 		}
-		b.args = ints(b.rl, b.pr, b.burst)
 		c.also = append(c.also, b)
 	}
-	if c.name == "" {
-		c.name = "default"
-	}
-	switch {
-	case l.MaxWait == 0:
-		c.maxWait = int64(DefaultMaxWait / time.Microsecond)
-	case l.MaxWait > 0:
-		c.maxWait = int64(l.MaxWait / time.Microsecond)
-	}
-	c.args = ints(c.rl, c.pr, c.burst)
 	return c, nil
 }
 
@@ -279,45 +212,37 @@ func (e *TooFarError) Unwrap() error { return ErrTooFar }
 type Options struct {
 	// Prefix starts every key name; default DefaultPrefix.
 	Prefix string
-	// Fallback, between 0 and 1, is the share of each key's rate that a
-	// process paces by itself while Redis is unreachable. Zero (the
-	// default) fails closed: no slot without Redis. With N processes a
-	// share of at most 1/N keeps the fleet inside the quota. The fallback
-	// paces only the Limit's own rate, not the rates of Limit.Also: with
-	// several limits, choose a share that keeps every one of them.
+	// Fallback, between 0 and 1, is the share of each key's own rate (not
+	// of Limit.Also) that a process paces by itself while Redis is
+	// unreachable. Zero (the default) fails closed: no slot without Redis.
+	// With N processes a share of at most 1/N keeps the fleet inside the
+	// quota.
 	Fallback float64
 	// Metrics receives the throttle's counters; nil for none.
 	Metrics *Metrics
-	// Logger receives fallback transitions and pause announcements;
-	// default slog.Default().
+	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
-	// Clock, when set, replaces the Redis server's clock in the scripts:
-	// slots are booked, and pauses start and end, on it. Waits still
-	// sleep in real time, for the delays the scripts return. Only for
-	// tests and simulations.
+	// Clock, when set, replaces the Redis server's clock in the scripts;
+	// waits still sleep in real time. Only for tests and simulations.
 	Clock func() time.Time
-	// Subscribe, when true, listens for pauses set by other processes
-	// (Redis pub/sub) and wakes this process's waiters at once, so that a
-	// slot booked before a pause is not used during it. Default off in the
-	// library; cmd/worker turns it on.
+	// Subscribe, when true, listens through Redis pub/sub for pauses and
+	// lease releases by other processes, and wakes this process's waiters
+	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
 }
 
 // Throttle paces calls per key across every process that shares its
 // Redis. Safe for concurrent use; create one per process and Close it.
 type Throttle struct {
-	client   redis.UniversalClient
-	prefix   string
-	metrics  *Metrics
-	log      *slog.Logger
-	clock    func() time.Time
-	fallback float64
-	local    *localBuckets
-	pauses   *pauseBoard
-	releases *releaseLine
-	// leasePoll is how often AcquireWait looks again without news of a
-	// release: seldom when releases are heard through pub/sub.
-	leasePoll time.Duration
+	client    redis.UniversalClient
+	prefix    string
+	metrics   *Metrics
+	log       *slog.Logger
+	clock     func() time.Time
+	local     *localBuckets // nil: fail closed
+	pauses    *pauseBoard
+	releases  *releaseLine
+	leasePoll time.Duration    // LeasePoll or LeasePollSubscribed
 	hostNow   func() time.Time // the host's clock: only for local deadlines
 	stop      func()
 	wg        sync.WaitGroup
@@ -329,27 +254,25 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	if client == nil {
 		return nil, errors.New("sluice: throttle.New: nil client")
 	}
-	t := &Throttle{client: client, prefix: DefaultPrefix, log: slog.Default(), hostNow: time.Now}
-	if opts != nil {
-		if opts.Prefix != "" {
-			t.prefix = opts.Prefix
-		}
-		if opts.Fallback < 0 || opts.Fallback > 1 {
-			return nil, fmt.Errorf("sluice: throttle: Fallback must be between 0 and 1, got %v", opts.Fallback)
-		}
-		t.fallback = opts.Fallback
-		t.metrics = opts.Metrics
-		if opts.Logger != nil {
-			t.log = opts.Logger
-		}
-		t.clock = opts.Clock
+	if opts == nil {
+		opts = &Options{}
 	}
-	t.local = newLocalBuckets(t.fallback)
-	t.pauses = newPauseBoard()
-	t.releases = newReleaseLine()
-	t.leasePoll = LeasePoll
-	t.stop = func() {}
-	if opts != nil && opts.Subscribe {
+	if opts.Fallback < 0 || opts.Fallback > 1 {
+		return nil, fmt.Errorf("sluice: throttle: Fallback must be between 0 and 1, got %v", opts.Fallback)
+	}
+	t := &Throttle{
+		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
+		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
+		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: LeasePoll,
+		hostNow: time.Now, stop: func() {},
+	}
+	if t.metrics == nil {
+		t.metrics, _ = NewMetrics(nil) // recorded, never exported
+	}
+	if opts.Fallback > 0 {
+		t.local = &localBuckets{share: opts.Fallback, m: make(map[string]*localBucket)}
+	}
+	if opts.Subscribe {
 		t.leasePoll = LeasePollSubscribed
 		t.subscribe()
 	}
@@ -363,12 +286,15 @@ func (t *Throttle) Close() error {
 	return nil
 }
 
-func (t *Throttle) rateKey(key string) (string, error) {
+// key names the Redis key of the given kind for a caller's key.
+func (t *Throttle) key(kind, key string) (string, error) {
 	if key == "" {
 		return "", algorithms.ErrInvalidKey
 	}
-	return keyspace.Key(t.prefix, "rate", key)
+	return keyspace.Key(t.prefix, kind, key)
 }
+
+func (t *Throttle) rateKey(key string) (string, error) { return t.key("rate", key) }
 
 func (t *Throttle) now() string {
 	if t.clock == nil {
@@ -391,22 +317,17 @@ func unreachable(err error) bool {
 type Reservation struct {
 	// OK reports whether a slot was booked.
 	OK bool
-	// Delay is how long from the reservation until the slot: sleep this
-	// long, then call. Zero when the slot is due now.
+	// Delay is how long from the reservation until the slot.
 	Delay time.Duration
 	// RetryAfter, when !OK, is how long until a slot within MaxWait may be
 	// had, if nobody else books one first.
 	RetryAfter time.Duration
-	// Paused is how much longer the key is paused, at the time of the
-	// reservation.
+	// Paused is how much longer the key was paused when reserved.
 	Paused time.Duration
-	// Local reports that Redis was unreachable and the slot was booked by
-	// the in-process fallback.
+	// Local reports that the in-process fallback booked the slot.
 	Local bool
-
 	// Share is the part of the Limit's rate the fleet paced this slot at,
-	// from 0 to 1: below 1 after the downstream refused calls (Backoff),
-	// climbing back to 1 over time.
+	// from 0 to 1: below 1 after Backoff, climbing back to 1 over time.
 	Share float64
 
 	key     string
@@ -416,30 +337,18 @@ type Reservation struct {
 	queued  bool  // booked on Redis: a and f are set
 	booked  time.Time
 	compile compiled
-	// With Limit.Also: the slot in µs on the scripts' clock, and each
-	// further bucket's TAT and pace after this reservation.
-	slot int64
-	also []tat
+	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
+	also    []tat // with Limit.Also: each further bucket after this reservation
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
 // interval's numerator pr it was paced at.
 type tat struct{ a, f, pr int64 }
 
-// before reports whether r's slot comes before end, an instant in µs on
-// the clock the scripts decide on; r must be queued. The slot is read from
-// the bucket: a reservation holds the place Burst intervals before the TAT
-// it leaves, a + (f - Burst*pr)/rl µs, and starts there, rounded up to a
-// µs, or at once if the place has passed.
-//
-// That is exact for a pause's end. A pause moves the TAT to its end plus
-// Burst-1 intervals, so every reservation booked after it holds a place,
-// and starts, at or after the end. One booked before it starts at its
-// place, or at a time before the pause was set, which is before the end:
-// either way it starts before the end just when its place does.
-//
-// With Limit.Also the slot may be held back by another bucket than the
-// Limit's own, so it is read from the reply instead.
+// before reports whether r's slot comes before end, in µs on the scripts'
+// clock; r must be queued. The slot is Burst intervals before the TAT r
+// left, rounded up to a µs (docs/throttle.md, Pauses, says why that is
+// exact for a pause's end). With Limit.Also the reply gave the slot.
 func (r Reservation) before(end int64) bool {
 	c := r.compile
 	if len(c.also) > 0 {
@@ -450,12 +359,9 @@ func (r Reservation) before(end int64) bool {
 }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
-// host's clock: the slot must not be used, and another is booked. A slot
-// booked on Redis is void if it comes before the pause's end, the two read
-// on the scripts' clock, where both were decided: neither the host's clock
-// nor how long the replies took plays a part. A pause known only on the
-// host's clock (it was set while Redis was unreachable, or announced
-// without its end) voids a slot if it ends after it and after now.
+// host's clock. A slot booked on Redis is void if it comes before the
+// pause's end on the scripts' clock; a pause known only on the host's clock
+// voids a slot if it ends after the slot and after now.
 func (e pauseEnd) voids(r Reservation, due, now time.Time) bool {
 	if !r.queued {
 		return e.expires.After(due) && e.expires.After(now)
@@ -501,11 +407,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	flag := "0"
-	if book {
-		flag = "1"
-	}
-	args := []any{c.args[0], c.args[1], c.args[2], n, c.maxWait, flag, t.now()}
+	args := []any{c.args[0], c.args[1], c.args[2], n, c.maxWait, flag(book), t.now()}
 	for _, b := range c.also {
 		args = append(args, b.args[0], b.args[1], b.args[2], b.cost(n))
 	}
@@ -514,14 +416,14 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
 	if err != nil {
-		if unreachable(err) && t.fallback > 0 {
+		if unreachable(err) && t.local != nil {
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
 			r := t.local.reserve(key, c, n, book, now)
-			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.fallback
-			t.metrics.reserved(c.name, r, true)
+			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.local.share
+			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 			return r, nil
 		}
-		t.metrics.failed(c.name)
+		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		if unreachable(err) {
 			return Reservation{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -553,18 +455,23 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	}
 	if book {
-		t.metrics.reserved(c.name, r, false)
+		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 		t.metrics.paced(c, r.Share)
 	}
 	return r, nil
 }
 
-// Cancel gives back a reservation that will not be used. It succeeds only
-// while no later reservation has been made on the key (otherwise the slot
-// stays spent, a gap in the pace); it reports whether the slot came back.
-// The key's next slot never moves back into a pause. With Limit.Also,
-// every bucket gives back what the call took from it, except a bucket that
-// a pause moved since: its TAT stays at the pause's end.
+// flag is a boolean script argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Cancel gives back a reservation that will not be used, and reports
+// whether the slot came back: only while no later reservation has been
+// made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if !r.OK || r.Local || r.key == "" {
 		return false, nil
@@ -574,10 +481,10 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 		return false, err
 	}
 	c := r.compile
-	args := []any{c.args[0], r.pr, r.n, strconv.FormatInt(r.a, 10), strconv.FormatInt(r.f, 10), c.args[2]}
+	args := []any{c.args[0], r.pr, r.n, r.a, r.f, c.args[2]}
 	for i, b := range c.also {
 		x := r.also[i]
-		args = append(args, b.args[0], x.pr, b.cost(r.n), strconv.FormatInt(x.a, 10), strconv.FormatInt(x.f, 10), b.args[2])
+		args = append(args, b.args[0], x.pr, b.cost(r.n), x.a, x.f, b.args[2])
 	}
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
 	if err != nil {
@@ -590,8 +497,7 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 // slot is further away than lim.MaxWait it returns a *TooFarError at once.
 // If ctx ends first, the reservation is cancelled (when it can be) and
 // ctx's error returned. A pause announced while it sleeps voids a slot that
-// comes before the pause's end; Wait then books again. Slots booked after
-// a pause are never void.
+// comes before the pause's end; Wait then books again.
 func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
 	for {
 		r, err := t.Reserve(ctx, key, lim, n)
@@ -601,44 +507,47 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 		if !r.OK {
 			return r, &TooFarError{Key: key, RetryAfter: r.RetryAfter, Paused: r.Paused}
 		}
-		ok, err := t.await(ctx, r)
-		if err != nil {
+		if ok, err := t.Await(ctx, r); ok || err != nil {
 			return r, err
 		}
-		if ok {
-			return r, nil
-		}
-		// The slot fell inside a pause announced while we slept: book again.
 	}
 }
 
 // Await sleeps until r's slot, for callers that Reserve, do some work
-// while the slot approaches, and then wait for it. It reports false if a
-// pause announced in the meantime ends after the slot: the slot must not be
-// used; reserve again. If ctx ends first it cancels r (when it can) and
-// returns ctx's error.
+// while the slot approaches, and then wait for it. It reports false if the
+// slot must not be used (a pause announced in the meantime ends after it,
+// or the caller woke too late): reserve again. If ctx ends first it
+// cancels r (when it can) and returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
-	return t.await(ctx, r)
-}
-
-func (t *Throttle) await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
-	if !t.sleepUntil(ctx, r, due) {
-		if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
-			t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+	for {
+		if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
+			return false, nil
 		}
-		return false, ctx.Err()
-	}
-	if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
-		return false, nil
+		d := due.Sub(t.hostNow())
+		if d <= 0 {
+			break
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			if _, err := t.Cancel(context.WithoutCancel(ctx), r); err != nil {
+				t.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+			}
+			return false, ctx.Err()
+		case <-timer.C:
+		case <-t.pauses.signal():
+			timer.Stop()
+		}
 	}
 	if r.queued && r.Delay > 0 && t.hostNow().Sub(due) > r.maxLate() {
-		// Woken too late to use the slot without bunching with the
-		// calls on time after it: leave it as a gap and book again.
-		t.metrics.late(r.compile.name)
+		// Too late to use the slot without bunching with the calls on
+		// time after it: leave it as a gap (docs/throttle.md, Late slots).
+		t.metrics.reservations.WithLabelValues(r.compile.name, "late").Inc()
 		return false, nil
 	}
-	t.metrics.waited(r.compile.name, t.hostNow().Sub(r.booked))
+	t.metrics.wait.WithLabelValues(r.compile.name).Observe(t.hostNow().Sub(r.booked).Seconds())
 	return true, nil
 }
 
@@ -649,50 +558,21 @@ func (r Reservation) maxLate() time.Duration {
 	return max(time.Duration(c.burst*r.pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
 }
 
-// sleepUntil sleeps until due, r's slot on the host's clock, waking early
-// if a pause that voids r is announced. It reports false if ctx ended
-// first.
-func (t *Throttle) sleepUntil(ctx context.Context, r Reservation, due time.Time) bool {
-	for {
-		d := due.Sub(t.hostNow())
-		if d <= 0 {
-			return true
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return false
-		case <-timer.C:
-			return true
-		case <-t.pauses.signal():
-			timer.Stop()
-			if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
-				return true // void: Wait books again
-			}
-		}
-	}
-}
-
 // Pause stops every worker from starting a call on key for d. A longer
 // pause already set is kept. When it ends, calls resume at the key's
-// pace, one interval apart. The pause is announced to this process's
-// waiters at once, and to other processes' through Redis pub/sub when
-// they subscribe. To answer a refusal from the downstream, use Backoff.
+// pace, one interval apart. Waiters in this process hear of it at once,
+// in others through Redis pub/sub when they subscribe. To answer a
+// refusal from the downstream, use Backoff.
 func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
 	return t.pause(ctx, key, lim, d, false)
 }
 
-// Backoff is the fleet's answer to a refusal (a 429 or 503 with
-// Retry-After) or to a downstream that says its budget is nearly spent:
-// it pauses key for d, as Pause does, and steps the key's shared rate
-// down, so that the fleet stops provoking refusals. The share of lim's
-// rate the fleet paces at drops to 95% of what it was, and the ceiling
-// it climbs back to (2% of the rate a second) to 98%; the ceiling itself
-// creeps back to the whole rate at 1% a minute. Refusals within d of a
-// step (the other calls in flight when the first came back) do not step
-// again. A fleet told the API's documented quota thus settles just under
-// what the API really allows (docs/throttle.md, Adaptive pacing).
+// Backoff answers a refusal (a 429 or 503 with Retry-After) or a
+// downstream that says its budget is nearly spent: it pauses key for d, as
+// Pause does, and steps the fleet's share of lim's rate down to 95% of
+// what it was, and the ceiling it climbs back to to 98%. Refusals within d
+// of a step do not step again. docs/throttle.md (Adaptive pacing) has the
+// whole rule.
 func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
 	return t.pause(ctx, key, lim, d, true)
 }
@@ -706,18 +586,11 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, err
 	}
 	k, err := t.rateKey(key)
-	if err != nil {
+	if err != nil || d <= 0 {
 		return 0, err
 	}
-	if d <= 0 {
-		return 0, nil
-	}
 	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	flag := "0"
-	if slow {
-		flag = "1"
-	}
-	args := []any{c.args[0], c.args[1], c.args[2], us, t.now(), flag}
+	args := []any{c.args[0], c.args[1], c.args[2], us, t.now(), flag(slow)}
 	for _, b := range c.also {
 		args = append(args, b.args[0], b.args[1], b.args[2])
 	}
@@ -727,7 +600,9 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 			// Nobody can take a slot from Redis now anyway; pause what
 			// this process controls.
 			now := t.hostNow()
-			t.local.pause(key, c, now.Add(d))
+			if t.local != nil {
+				t.local.pause(key, now.Add(d))
+			}
 			t.pauses.set(key, pauseEnd{guess: now.Add(d), expires: now.Add(d)}, now)
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
@@ -737,7 +612,7 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, fmt.Errorf("sluice: throttle pause: unexpected reply of %d values", len(v))
 	}
 	if v[3] == 1 {
-		t.metrics.slowed(c.name)
+		t.metrics.slowdowns.WithLabelValues(c.name).Inc()
 	}
 	t.metrics.paced(c, float64(v[2])/shareFull)
 	// The end is kept on the scripts' clock, to compare with the slots
@@ -745,7 +620,7 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 	remaining, end := time.Duration(v[0])*time.Microsecond, v[1]
 	now := t.hostNow()
 	t.pauses.set(key, pauseEnd{at: end, expires: now.Add(remaining)}, now)
-	t.metrics.paused(c.name)
+	t.metrics.pauses.WithLabelValues(c.name).Inc()
 	t.publish(ctx, key, remaining, end)
 	return remaining, nil
 }
