@@ -334,23 +334,7 @@ func TestSeveralLimitsPauseVoidsOnlySlotsInsideIt(t *testing.T) {
 		if _, err := th.Pause(ctx, "api", lim, 180*ms); err != nil {
 			t.Fatal(err)
 		}
-		// Whether each slot is void is read from this process's pause
-		// board, as Await reads it. (Await would also give up a slot it
-		// woke too late for, which a loaded machine makes likely and
-		// which this test does not pin: TestLateSlotLeftAsAGap does.)
-		e, ok := th.pauses.get("api")
-		if !ok {
-			t.Fatal("the pause is not on this process's board")
-		}
-		for i, want := range []bool{true, true, true, true, false} {
-			due := rs[i].booked.Add(rs[i].Delay)
-			if got := e.voids(rs[i], due, due); got != want {
-				t.Fatalf("slot %d (at %v): void = %v; want %v", i, rs[i].Delay, got, want)
-			}
-		}
-		if ok, err := th.Await(ctx, rs[1]); ok || err != nil {
-			t.Fatalf("Await of a slot inside the pause = %v, %v; want false", ok, err)
-		}
+		checkVoids(t, th, rs, []bool{true, true, true, true, false})
 	})
 }
 
