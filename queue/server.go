@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,10 +37,8 @@ type Downstream struct {
 	BaseURL *url.URL
 	// Timeout bounds the built-in HTTP job's request; default 30s.
 	Timeout time.Duration
-	// Headers are set on every built-in HTTP job's request to the
-	// downstream, over the job's own fields of the same names (its
-	// credentials: a job cannot replace them). The values are secrets:
-	// never logged or put in an error.
+	// Headers are set on every built-in HTTP job's request, over the
+	// job's own (its credentials). The values are secrets: never logged.
 	Headers map[string]string
 }
 
@@ -50,13 +49,9 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
-	// Prefetch is how many tasks asynq's pending list may hold before the
-	// dispatcher hands more jobs over (handed-over jobs not yet taken by
-	// a worker, and asynq's own retries that are due), fleet-wide;
-	// default 3 × Concurrency. Keep it at least the
-	// fleet's total concurrency. The dispatcher hands jobs over in
-	// batches of up to 2 × Concurrency (or Prefetch, if smaller; at most
-	// 32).
+	// Prefetch is how many tasks asynq's pending list may hold, fleet-wide,
+	// before the dispatcher hands more jobs over; default 3 × Concurrency.
+	// Keep it at least the fleet's total concurrency.
 	Prefetch int
 	// Throttle paces jobs that name a Downstream; nil runs them unpaced.
 	Throttle *throttle.Throttle
@@ -65,19 +60,13 @@ type ServerConfig struct {
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
-	// Retention keeps completed asynq tasks this long, with their
-	// results (such as "throttled: back in sluice's waiting room"), for
-	// asynqmon and the Inspector. asynq counts it in whole seconds. The
-	// default, 0, deletes a task when it completes, as asynq does; a
-	// retained task costs Redis memory and a little work at completion.
+	// Retention keeps completed asynq tasks this long (whole seconds),
+	// with their results, for asynqmon and the Inspector. Default 0:
+	// deleted on completion, as asynq does.
 	Retention time.Duration
 	// PollInterval is how often an idle dispatcher looks for work, and
-	// how long asynq's processor sleeps after finding its pending list
-	// empty (its TaskCheckInterval); default 50ms. A job enqueued on an
-	// idle queue waits for both in turn: about one PollInterval on
-	// average, against half of one for bare asynq at the same
-	// TaskCheckInterval (docs/queue.md, The dispatcher). Each idle worker
-	// process sends Redis a claim and an asynq dequeue per PollInterval.
+	// asynq's TaskCheckInterval; default 50ms. A job enqueued on an idle
+	// queue waits about one PollInterval (docs/queue.md, The dispatcher).
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -88,11 +77,11 @@ type ServerConfig struct {
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
 // waiting room, and the throttle before each handler.
 type Server struct {
-	budgets   budgets // the dispatcher's
+	budgets   map[string]*budget // the dispatcher's
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
-	retention string // cfg.Retention as asynq's TaskMessage field (retentionField)
+	retention string // cfg.Retention, encoded (retentionField)
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
@@ -123,37 +112,22 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if err := cfg.Config.fill(); err != nil {
 		return nil, err
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 10
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	if cfg.Concurrency < 0 {
 		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
 	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 3 * cfg.Concurrency
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, 3*cfg.Concurrency)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
 	}
 	if cfg.Downstreams == nil {
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
-	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
+	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
 		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
-		retention: retentionField(cfg.Retention)}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	var err error
-	if s.keys, err = newKeys(cfg.Prefix, cfg.Queue); err != nil {
-		return nil, err
-	}
+		retention: retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue)}
 	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
 		Concurrency:     cfg.Concurrency,
 		Queues:          map[string]int{cfg.Queue: 1},
@@ -206,18 +180,8 @@ func (s *Server) Shutdown() {
 	s.srv.Shutdown()
 }
 
-// Run starts the server and blocks until ctx is done, then shuts down.
-func (s *Server) Run(ctx context.Context, h Handler) error {
-	if err := s.Start(h); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	s.Shutdown()
-	return nil
-}
-
-// throttleKey returns the throttle key and settings for job, if it names a
-// downstream the server knows.
+// throttleFor returns the throttle key and settings for job, if it names
+// a downstream the server knows and the server has a throttle.
 func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 	if job.Downstream == "" || s.cfg.Throttle == nil {
 		return "", Downstream{}, false
@@ -258,17 +222,15 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	if job.Downstream != "" && s.cfg.Throttle != nil {
-		if _, ok := s.cfg.Downstreams(job.Downstream); !ok {
-			return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
-		}
+	key, d, ok := s.throttleFor(job)
+	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
+		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
-	var lease *throttle.Lease
-	if key, d, ok := s.throttleFor(job); ok {
+	if ok {
 		if d.Concurrency != nil {
 			// A lease given back is usable at once: wait for one as
 			// long as for a slot, woken by the release.
-			lease, err = s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
+			lease, err := s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
 				// Every lease stayed held for the whole wait: calls are
