@@ -85,7 +85,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		return 0, s.checkAndTake(ctx, enc, it)
 	}
 	n, _ := v[1].(int64)
-	s.cfg.Metrics.handedOver(int(n))
+	s.metrics.handed.Add(float64(n))
 	for i, key := range keys {
 		if left, ok := v[3+i].(int64); ok {
 			s.budgets[key].units = left
@@ -101,8 +101,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 }
 
 // fullRecheck is how long a dispatcher that found the prefetch full waits
-// for its own workers' starts to wake it before it looks again: jobs may
-// leave asynq's pending list through other processes' workers only.
+// for its own workers' starts to wake it (other processes' may not).
 const fullRecheck = time.Second
 
 // checkAndTake peeks at the throttle of a job whose downstream key has no
@@ -132,7 +131,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now(), sleepText(job.Tenant, tooFar(job, r))).Err(); err != nil {
 				return err
 			}
-			s.cfg.Metrics.slept(d.Limit.Name)
+			s.metrics.sleeps.WithLabelValues(d.Limit.Name).Inc()
 			return nil
 		default:
 			bkey := job.Downstream
@@ -144,7 +143,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 	}
 	taken, err := s.take(ctx, enc, it)
 	if taken {
-		s.cfg.Metrics.handedOver(1)
+		s.metrics.handed.Inc()
 	}
 	return err
 }

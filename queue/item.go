@@ -27,12 +27,27 @@ const (
 	fieldRetention = 12
 )
 
-// taskMessage returns asynq's TaskMessage of a task, byte for byte as
-// asynq's Client writes it (fields in number order, empty strings and
-// zeros left out), but for Retention, which the hand-over appends
-// (retentionField). It also returns where in the message the task id
-// starts.
-func taskMessage(typ string, payload []byte, id, queue string, retry, timeout int64) (msg []byte, idAt int) {
+// retentionField returns the Retention field of asynq's TaskMessage for
+// d, in whole seconds ("" for none).
+func retentionField(d time.Duration) string {
+	s := int64(d / time.Second)
+	if s <= 0 {
+		return ""
+	}
+	return string(protowire.AppendVarint(protowire.AppendTag(nil, fieldRetention, protowire.VarintType), uint64(s)))
+}
+
+// entry returns a waiting-room entry: a header and asynq's TaskMessage of
+// the job's task,
+//
+//	class TAB task-id-offset:task-id-length TAB message
+//
+// from which queue_handover.lua reads the class and the task id, and
+// copies the message into asynq's task hash as it is. The message is
+// byte for byte what asynq's Client writes (fields in number order, empty
+// strings and zeros left out), but for Retention, which the hand-over
+// appends (retentionField).
+func entry(class, typ string, payload []byte, id, queue string, retry, timeout int64) string {
 	var b []byte
 	str := func(num protowire.Number, s string) {
 		if s != "" {
@@ -46,33 +61,12 @@ func taskMessage(typ string, payload []byte, id, queue string, retry, timeout in
 	}
 	str(fieldType, typ)
 	str(fieldPayload, string(payload))
-	idAt = len(b) + protowire.SizeTag(fieldID) + protowire.SizeVarint(uint64(len(id)))
+	idAt := len(b) + protowire.SizeTag(fieldID) + protowire.SizeVarint(uint64(len(id)))
 	str(fieldID, id)
 	str(fieldQueue, queue)
 	num(fieldRetry, retry)
 	num(fieldTimeout, timeout)
-	return b, idAt
-}
-
-// retentionField returns the Retention field of asynq's TaskMessage for
-// d, in whole seconds ("" for none).
-func retentionField(d time.Duration) string {
-	s := int64(d / time.Second)
-	if s <= 0 {
-		return ""
-	}
-	return string(protowire.AppendVarint(protowire.AppendTag(nil, fieldRetention, protowire.VarintType), uint64(s)))
-}
-
-// entry returns a waiting-room entry: a header and the task message,
-//
-//	class TAB task-id-offset:task-id-length TAB message
-//
-// from which queue_handover.lua reads the class and the task id, and
-// copies the message into asynq's task hash as it is.
-func entry(class, typ string, payload []byte, id, queue string, retry, timeout int64) string {
-	msg, at := taskMessage(typ, payload, id, queue, retry, timeout)
-	return class + "\t" + strconv.Itoa(at) + ":" + strconv.Itoa(len(id)) + "\t" + string(msg)
+	return class + "\t" + strconv.Itoa(idAt) + ":" + strconv.Itoa(len(id)) + "\t" + string(b)
 }
 
 // item returns the job's entry in its tenant's list (see entry), its
@@ -91,32 +85,24 @@ func (j *Job) item(queue string) (string, error) {
 }
 
 // decodeItem decodes the job of a tenant list's entry (see entry): the
-// envelope in its message's payload.
+// envelope in its message's payload, which follows the type.
 func decodeItem(it string) (*Job, error) {
-	errNoEntry := errors.New("sluice: waiting-room entry that is no task message")
-	_, rest, ok1 := strings.Cut(it, "\t")
-	_, msg, ok2 := strings.Cut(rest, "\t")
-	if !ok1 || !ok2 {
-		return nil, errNoEntry
-	}
+	_, rest, _ := strings.Cut(it, "\t")
+	_, msg, ok := strings.Cut(rest, "\t")
 	b := []byte(msg)
-	for len(b) > 0 {
+	for _, field := range []protowire.Number{fieldType, fieldPayload} {
 		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, errNoEntry
+		if !ok || n < 0 || num != field || typ != protowire.BytesType {
+			break
 		}
-		b = b[n:]
-		if num == fieldPayload && typ == protowire.BytesType {
-			env, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, errNoEntry
-			}
-			return decodeJob(env)
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			break
 		}
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil, errNoEntry
+		if field == fieldPayload {
+			return decodeJob(v)
 		}
-		b = b[n:]
+		b = b[n+m:]
 	}
-	return nil, errNoEntry
+	return nil, errors.New("sluice: waiting-room entry that is no task message")
 }

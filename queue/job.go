@@ -16,6 +16,7 @@
 package queue
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,12 +94,7 @@ func (j *Job) Retried() int { return j.retried }
 
 // Class is the job's metrics class: its tenant's at enqueue, "default" if
 // none.
-func (j *Job) Class() string {
-	if j.class == "" {
-		return defaultClass
-	}
-	return j.class
-}
+func (j *Job) Class() string { return cmp.Or(j.class, defaultClass) }
 
 // Errors. Errors with details wrap these; test with errors.Is.
 var (
@@ -147,8 +143,7 @@ func (e *QueueFullError) Error() string {
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
 // DuplicateJobError: a job of the same tenant with the same ID waits in
-// the queue's waiting room. Nothing was written; the job already there will run. Retrying is
-// pointless until that job has been handed to asynq.
+// the queue's waiting room, and will run. Nothing was written.
 type DuplicateJobError struct {
 	Queue  string
 	Tenant string
@@ -200,12 +195,7 @@ func (j *Job) validate(maxPayload int) error {
 	return nil
 }
 
-func (j *Job) cost() int64 {
-	if j.Cost == 0 {
-		return 1
-	}
-	return j.Cost
-}
+func (j *Job) cost() int64 { return max(j.Cost, 1) }
 
 func (j *Job) maxRetry() int {
 	switch {

@@ -37,13 +37,10 @@ type Config struct {
 	// Prefix starts the waiting room's keys; default DefaultPrefix.
 	Prefix string
 	// Bound is the most jobs the queue holds that no worker has taken
-	// yet: waiting, or handed to asynq and pending there. Required, at
-	// least 1.
+	// yet (Stats.Depth). Required, at least 1.
 	Bound int64
-	// TenantBound is the most jobs one tenant may have waiting in the
-	// waiting room, not yet handed to asynq (TenantDepth); 0 for no
-	// bound. At most Prefetch jobs of the queue, all tenants together,
-	// wait in asynq's pending list, where Bound counts them.
+	// TenantBound is the most jobs one tenant may have in the waiting
+	// room, not yet handed to asynq (TenantDepth); 0 for no bound.
 	TenantBound int64
 	// MaxPayload is the largest payload accepted; default
 	// DefaultMaxPayload.
@@ -52,11 +49,8 @@ type Config struct {
 	// weight 1.
 	Tenants func(tenant string) TenantPolicy
 	// Check, when set, is asked about each job before it is admitted: an
-	// error refuses the job (wrapped in ErrInvalidJob) and nothing is
-	// written. Use it to refuse what the workers could never run, such as
-	// a downstream they do not know or a cost above its burst, at
-	// enqueue rather than archive it later. The policy file's
-	// Config.CheckJob is one.
+	// error refuses the job (wrapped in ErrInvalidJob), for what the
+	// workers could never run. The policy file's Config.CheckJob is one.
 	Check func(job *Job) error
 	// Clock, when set, replaces the Redis server's clock in the scripts.
 	// Only for tests.
@@ -246,15 +240,13 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {
-	// Depth counts the jobs waiting to start, which the queue's Bound
-	// bounds: in the waiting room, or in asynq's pending list.
+	// Depth counts the jobs waiting to start, which Bound bounds: in the
+	// waiting room, or in asynq's pending list.
 	Depth int64
-	// HandedOver counts the tasks in asynq's pending list: jobs handed
-	// over and not yet taken by a worker (at most Prefetch), and asynq's
-	// own retries that are due.
+	// HandedOver counts the tasks in asynq's pending list (at most
+	// Prefetch, and asynq's own retries that are due).
 	HandedOver int64
-	// Tenants counts tenants with jobs waiting (in the round-robin, or
-	// asleep until their throttle has room).
+	// Tenants counts tenants with jobs waiting, asleep or not.
 	Tenants int64
 	// Sleeping counts tenants skipped until their throttle has room.
 	Sleeping int64
@@ -297,9 +289,7 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 }
 
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
-// jobs waiting in the waiting room, not yet handed to asynq. (At most
-// Prefetch of the queue's jobs, all tenants together, are handed over and
-// not yet taken by a worker: Stats.HandedOver.)
+// jobs in the waiting room, not yet handed to asynq.
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	_, list, err := p.keys.tenant(tenant)
 	if err != nil {
@@ -354,11 +344,5 @@ func (p *Producer) Sleepers(ctx context.Context, n int) ([]Sleeper, error) {
 // sleepText is what the why hash keeps of a sleeping tenant: its id, cut
 // to 64 bytes, and the reason, cut to 200.
 func sleepText(tenant, why string) string {
-	if len(tenant) > 64 {
-		tenant = tenant[:64]
-	}
-	if len(why) > 200 {
-		why = why[:200]
-	}
-	return strings.ReplaceAll(tenant, "\t", " ") + "\t" + why
+	return strings.ReplaceAll(tenant[:min(len(tenant), 64)], "\t", " ") + "\t" + why[:min(len(why), 200)]
 }

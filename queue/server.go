@@ -81,7 +81,8 @@ type Server struct {
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
-	retention string // cfg.Retention, encoded (retentionField)
+	retention string   // cfg.Retention, encoded (retentionField)
+	metrics   *Metrics // cfg.Metrics, or collectors registered nowhere
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
@@ -127,7 +128,10 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
 		wakeAfter: int64(max(1, min(cfg.Prefetch, 2*cfg.Concurrency))),
-		retention: retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue)}
+		retention: retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
+	if s.metrics == nil {
+		s.metrics, _ = NewMetrics(nil, cfg.Queue)
+	}
 	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
 		Concurrency:     cfg.Concurrency,
 		Queues:          map[string]int{cfg.Queue: 1},
@@ -144,11 +148,9 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 // Start starts processing with h and returns; Shutdown stops.
 func (s *Server) Start(h Handler) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	// asynq's processor looks at its pending list as soon as it starts,
-	// and sleeps about PollInterval when it finds it empty: hand the
-	// first batch over before that look, so that a worker started on a
-	// backlog begins at once. A failure here is the dispatcher's to
-	// retry; it is not the start's.
+	// Hand the first batch over before asynq's processor first looks (and
+	// then sleeps a PollInterval), so that a worker starts on a backlog at
+	// once. A failure here is the dispatcher's to retry.
 	if _, err := s.dispatchOne(ctx); err != nil {
 		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
 	}
@@ -183,17 +185,12 @@ func (s *Server) Shutdown() {
 // throttleFor returns the throttle key and settings for job, if it names
 // a downstream the server knows and the server has a throttle.
 func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
-	if job.Downstream == "" || s.cfg.Throttle == nil {
-		return "", Downstream{}, false
+	d, ok := Downstream{}, false
+	if job.Downstream != "" && s.cfg.Throttle != nil {
+		d, ok = s.cfg.Downstreams(job.Downstream)
 	}
-	d, ok := s.cfg.Downstreams(job.Downstream)
-	if !ok {
-		return "", Downstream{}, false
-	}
-	if d.Limit.Name == "" {
-		d.Limit.Name = job.Downstream
-	}
-	return ThrottleKey(job, d.PerTenant), d, true
+	d.Limit.Name = cmp.Or(d.Limit.Name, job.Downstream)
+	return ThrottleKey(job, d.PerTenant), d, ok
 }
 
 // ThrottleKey returns the throttle key a job's slots are taken from: its
@@ -234,9 +231,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
 				// Every lease stayed held for the whole wait: calls are
-				// slow, not stalled; look again soon, not when a lease
-				// would run out.
-				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, leaseRecheck), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
+				// slow, not stalled; look again within a second, not
+				// when a lease would run out.
+				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
 			}
 			if err != nil {
 				return s.throttleError(job, err)
@@ -250,7 +247,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				return s.throttleError(job, err)
 			}
 			if !r.OK {
-				s.cfg.Metrics.throttled(d.Limit.Name)
+				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
 				return s.putBack(ctx, t, job, enc, r.RetryAfter, tooFar(job, r))
 			}
 			ok, err := s.cfg.Throttle.Await(ctx, r)
@@ -264,20 +261,15 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		}
 	}
 	if first {
-		s.cfg.Metrics.started(job)
+		s.metrics.starts.Inc()
+		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(job.enqueuedAt).Seconds())
 	}
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
-	var pe *permanentError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &re):
+	if errors.As(err, &re) {
 		return s.putBack(ctx, t, job, enc, re.After, "rescheduled: "+re.Reason)
-	case errors.As(err, &pe):
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	return err
+	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
 
 // tooFar says why a job whose slot r is beyond its downstream's max_wait
@@ -289,16 +281,9 @@ func tooFar(job *Job, r throttle.Reservation) string {
 	return fmt.Sprintf("slot: downstream %s's next slot is beyond max_wait", job.Downstream)
 }
 
-// leaseRecheck is the longest a tenant sleeps after its job waited a whole
-// MaxWait for a concurrency lease without getting one.
-const leaseRecheck = time.Second
-
-// throttleError maps an error of the throttle to the job's fate. A job the
-// throttle refuses for what it is (a cost above the downstream's burst, a
-// limit that is not valid) will never run: it is archived with the
-// reason, at once, and holds up nobody. Anything else (Redis unreachable
-// and failing closed, shutting down) is not the job's fault: asynq runs
-// it again later without counting a failure.
+// throttleError maps an error of the throttle to the job's fate: a job
+// that no slot will ever hold is archived at once; anything else (Redis
+// unreachable, shutting down) is retried without counting a failure.
 func (s *Server) throttleError(job *Job, err error) error {
 	if neverFits(err) {
 		return fmt.Errorf("%w: job %s of tenant %.64q: downstream %q: %v", asynq.SkipRetry, job.ID, job.Tenant, job.Downstream, err)
@@ -342,7 +327,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
-	s.cfg.Metrics.putBackFor(job, d)
+	s.metrics.putBackSeconds.WithLabelValues(job.Class()).Add(d.Seconds())
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))
 	}
@@ -359,7 +344,10 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if st, err := readStats(ctx, s.client, s.keys); err == nil {
-			s.cfg.Metrics.sampleBacklog(st.ByClass)
+			s.metrics.backlog.Reset()
+			for c, n := range st.ByClass {
+				s.metrics.backlog.WithLabelValues(c).Set(float64(n))
+			}
 		}
 		select {
 		case <-ctx.Done():
