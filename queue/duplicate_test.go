@@ -523,7 +523,7 @@ func TestChosenIDsDistinct(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				got <- newID() + "@" + randomHex(8)
+				got <- randomHex(16) + "@" + randomHex(8)
 			}
 		}()
 	}

@@ -359,7 +359,7 @@ func hostileTenants() []string {
 
 // hostileQueue returns a queue name no other test uses.
 func hostileQueue(prefix string) string {
-	return prefix + "-" + newID()[:12]
+	return prefix + "-" + randomHex(16)[:12]
 }
 
 // checkKeyNames checks every key of the waiting room: exactly one '{' and

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/hibiken/asynq"
 )
 
-// Handler processes jobs. It has the shape of net/http's Handler: return
-// nil when the job is done, an error to have it retried (with asynq's
-// backoff, spending one of its retries), an error wrapping asynq.SkipRetry
-// to archive it now, or Reschedule(d) to run it again after d without
-// spending a retry.
+// Handler processes jobs, in the shape of net/http's Handler: return nil
+// when the job is done, an error to have it retried (spending one of its
+// retries), Permanent(err) to archive it now, or Reschedule(d) to run it
+// again after d without spending a retry.
 type Handler interface {
 	ProcessJob(ctx context.Context, job *Job) error
 }
@@ -71,10 +72,9 @@ func (mux *ServeMux) ProcessJob(ctx context.Context, job *Job) error {
 	mw := mux.mw
 	mux.mu.RUnlock()
 	if !ok {
-		// As net/http's middleware sees a 404, this mux's middleware sees
-		// a job that no handler takes (to log it, count it).
+		// The middleware sees it too, as net/http's sees a 404.
 		h = HandlerFunc(func(context.Context, *Job) error {
-			return &permanentError{fmt.Errorf("%w %q", ErrNoHandler, job.Type)}
+			return Permanent(fmt.Errorf("%w %q", ErrNoHandler, job.Type))
 		})
 	}
 	for i := len(mw) - 1; i >= 0; i-- {
@@ -101,11 +101,12 @@ func Reschedule(d time.Duration, reason string) error {
 	return &RescheduleError{After: d, Reason: reason}
 }
 
-// permanentError archives the job without retrying.
+// permanentError is err, marked with asynq.SkipRetry: asynq archives the
+// job without retrying it.
 type permanentError struct{ err error }
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, asynq.SkipRetry} }
 
 // Permanent wraps err so that the job is archived now, not retried.
 func Permanent(err error) error { return &permanentError{err} }

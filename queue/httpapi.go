@@ -36,28 +36,15 @@ type EnqueueResponse struct {
 }
 
 // HTTPHandler returns the HTTP enqueue endpoint for p, so that services in
-// any language can produce. It accepts POST with an EnqueueRequest and
-// Content-Type application/json, and answers:
-//
-//   - 202 Accepted with the job's id;
-//   - 400 with a JSON error for a bad request;
-//   - 415 with a JSON error when the Content-Type is not
-//     application/json (what a web page can send without asking: a
-//     form, or text/plain);
-//   - 409 with reason "duplicate" and the job's id when a job with that
-//     id is waiting in the queue (see Job.ID): nothing was written,
-//     the job already there will run;
-//   - 429 with Retry-After, RateLimit-Policy and RateLimit (IETF
-//     draft-ietf-httpapi-ratelimit-headers) and X-RateLimit-Limit,
-//     -Remaining and -Reset when the tenant's admission policy refuses;
-//   - 503 with Retry-After when the queue or the tenant's backlog is full,
-//     or Redis cannot be reached.
-//
-// Admitted answers carry the RateLimit fields too when the tenant has a
-// policy. Mount it where you like; bind it to loopback unless the network
-// in front of it is trusted. The worker (cmd/worker) also refuses a Host
-// it does not answer to and a foreign Origin; a server of your own that
-// mounts this handler should do the same against DNS rebinding.
+// any language can produce. It takes POST with an EnqueueRequest as
+// application/json and answers with an EnqueueResponse: 202 with the
+// job's id; 400 for a bad request; 415 for another Content-Type (which a
+// web page could send unasked); 409 "duplicate" (see Job.ID); 429 with
+// Retry-After when admission refuses; 503 with Retry-After when the queue
+// or the tenant's backlog is full, or Redis cannot be reached. Answers
+// carry the RateLimit fields (IETF draft and X-RateLimit-*) when the
+// tenant has a policy. Bind it to loopback unless the network in front of
+// it is trusted, and refuse foreign Hosts and Origins, as cmd/worker does.
 func HTTPHandler(p *Producer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -73,8 +60,12 @@ func HTTPHandler(p *Producer) http.Handler {
 		}
 		limit := int64(p.cfg.MaxPayload) + MaxTenantLen + 64<<10
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			err = fmt.Errorf("larger than %d bytes", limit)
+		}
 		if err != nil {
-			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + jsonError(err, limit), Reason: "invalid"})
+			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
 			return
 		}
 		job, err := ParseJob(body)
@@ -112,17 +103,6 @@ func HTTPHandler(p *Producer) http.Handler {
 			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "the queue is unavailable; retry", Reason: "unavailable", RetryAfter: 1})
 		}
 	})
-}
-
-func jsonError(err error, limit int64) string {
-	var mb *http.MaxBytesError
-	if errors.As(err, &mb) {
-		return fmt.Sprintf("larger than %d bytes", limit)
-	}
-	if errors.Is(err, io.EOF) {
-		return "empty"
-	}
-	return err.Error()
 }
 
 func reply(w http.ResponseWriter, code int, body EnqueueResponse) {

@@ -1,32 +1,22 @@
 // Package queue is sluice's bounded, fair job queue on asynq.
 //
-// A Producer admits each job by its tenant's policy (any algorithm of
-// package algorithms) and adds it to a waiting room in Redis against an
-// exact bound on the queue, and optionally on each tenant's backlog, in one
-// atomic script: concurrent producers never push the queue past its bound,
-// and a refusal is a typed error that carries what the caller needs to
-// retry (RateLimitedError, QueueFullError). A job whose ID its tenant has
-// in the queue already is refused too (DuplicateJobError), so that a producer may
-// retry an enqueue whose answer it did not get.
+// A Producer admits each job by its tenant's policy (package algorithms)
+// and adds it to a waiting room in Redis in one atomic script, against an
+// exact bound on the queue and optionally on each tenant's backlog. A
+// refusal is a typed error that says when to retry (RateLimitedError,
+// QueueFullError, DuplicateJobError).
 //
-// A Server runs asynq's server with a dispatcher beside it. The dispatcher
-// moves jobs from the waiting room into asynq round-robin over the tenants
-// with work (weighted), skipping a tenant whose throttle is paused or whose
-// next slot is too far away, and only as fast as the workers take them.
-// Before a handler runs, its job takes its throttle slot; a job whose slot
-// is too far away goes back to the waiting room without spending a retry.
+// A Server runs asynq's server with a dispatcher beside it, which hands
+// jobs to asynq round-robin over the tenants with work (weighted),
+// skipping a tenant whose throttle has no slot soon, and only as fast as
+// the workers take them. Before a handler runs, its job takes its
+// throttle slot; a job whose slot is too far away goes back to the
+// waiting room without spending a retry. Delivery is at least once.
 // docs/queue.md and docs/fairness.md describe the design and its bounds.
-//
-// The dispatcher writes each job's asynq task in the same script that
-// takes it from the waiting room, so the queue's keys share asynq's hash
-// tag {Q}; a handed-over job leaves the bound when asynq gives its task to
-// a worker.
-//
-// Delivery is at least once: a worker that dies mid-job leaves the job to
-// asynq's recovery, which runs it again.
 package queue
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,24 +46,13 @@ const (
 // Job is one unit of work.
 type Job struct {
 	// ID identifies the job; a random one is chosen when empty. At most
-	// MaxIDLen bytes of [A-Za-z0-9_.:-].
-	//
-	// An ID is unique among its tenant's jobs in its queue (two tenants'
-	// IDs never meet: see ScopedID) while its job waits in the waiting
-	// room: from the enqueue until it is handed to asynq (at most about
-	// Prefetch jobs ahead of the workers), and again whenever the job is
-	// put back to wait (throttled, rescheduled). Meanwhile Enqueue
-	// refuses another job of that ID with a *DuplicateJobError and writes
-	// nothing, so a producer that lost the answer to an enqueue can
-	// safely send it again. (A random ID is not recorded at its enqueue:
-	// no other job has it, and no producer can send it again without
-	// having had the answer.) Once handed over, the job is asynq's and the
-	// ID may be used again: the new job is a separate job that runs on
-	// its own, even while the first is still pending in asynq, running,
-	// retrying, or remembered by asynq as completed (each
-	// enqueue gets its own Nonce, so their asynq tasks never collide).
-	// Handlers that must not act twice for one ID should use ScopedID as
-	// an idempotency key (the ID alone may be another tenant's too).
+	// MaxIDLen bytes of [A-Za-z0-9_.:-]. While a job waits in the waiting
+	// room (until it is handed to asynq, and again whenever it is put
+	// back), Enqueue refuses another job of its tenant with the same ID
+	// (*DuplicateJobError), so that a producer that lost an answer may
+	// send the job again. Once handed over, the ID may be used again, by
+	// a separate job (docs/queue.md, Job ids). Handlers that must not act
+	// twice should use ScopedID as an idempotency key.
 	ID string `json:"id"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,
@@ -97,10 +76,8 @@ type Job struct {
 	// keeps it in whole seconds: it is rounded up to the next second.
 	Timeout time.Duration `json:"timeout,omitempty"`
 
-	// Set by the queue (see the methods EnqueuedAt, Retried and Class):
-	// nonce is random and different for every accepted enqueue, even of
-	// the same ID; with ID it names the job in the waiting room and its
-	// asynq task ids (sluice:<scoped id>@<nonce>:<moves>). moves counts
+	// Set by the queue. nonce is random for each accepted enqueue: with
+	// the ID it names the job's asynq tasks (taskID). moves counts
 	// hand-overs to asynq.
 	nonce      string
 	enqueuedAt time.Time
@@ -117,12 +94,7 @@ func (j *Job) Retried() int { return j.retried }
 
 // Class is the job's metrics class: its tenant's at enqueue, "default" if
 // none.
-func (j *Job) Class() string {
-	if j.class == "" {
-		return defaultClass
-	}
-	return j.class
-}
+func (j *Job) Class() string { return cmp.Or(j.class, defaultClass) }
 
 // Errors. Errors with details wrap these; test with errors.Is.
 var (
@@ -171,8 +143,7 @@ func (e *QueueFullError) Error() string {
 func (e *QueueFullError) Unwrap() error { return ErrQueueFull }
 
 // DuplicateJobError: a job of the same tenant with the same ID waits in
-// the queue's waiting room. Nothing was written; the job already there will run. Retrying is
-// pointless until that job has been handed to asynq.
+// the queue's waiting room, and will run. Nothing was written.
 type DuplicateJobError struct {
 	Queue  string
 	Tenant string
@@ -224,12 +195,7 @@ func (j *Job) validate(maxPayload int) error {
 	return nil
 }
 
-func (j *Job) cost() int64 {
-	if j.Cost == 0 {
-		return 1
-	}
-	return j.Cost
-}
+func (j *Job) cost() int64 { return max(j.Cost, 1) }
 
 func (j *Job) maxRetry() int {
 	switch {
@@ -246,41 +212,25 @@ func (j *Job) maxRetry() int {
 // hash (readStats derives it from the depth).
 const defaultClass = "default"
 
-// timeout is the job's timeout as its asynq task holds it.
+// timeout is the job's timeout as its asynq task holds it: in whole
+// seconds, rounded up, so that none is cut short and one under a second
+// is not written as none.
 func (j *Job) timeout() time.Duration {
-	return time.Duration(j.timeoutSeconds()) * time.Second
-}
-
-// timeoutSeconds is the job's timeout in whole seconds, as asynq keeps
-// it: rounded up, so that a timeout under a second is not written as
-// none (asynq would then use its own default) and none is cut short.
-// queue_handover.lua rounds the same way.
-func (j *Job) timeoutSeconds() int64 {
 	if j.Timeout <= 0 {
-		return 1800
+		return 30 * time.Minute
 	}
-	s := int64(j.Timeout / time.Second)
+	s := j.Timeout / time.Second
 	if j.Timeout%time.Second != 0 {
 		s++
 	}
-	return s
+	return s * time.Second
 }
 
-// key names this enqueue of the job (in its asynq task ids):
-// <scoped id>@<nonce>, '@' being no character of either.
-func (j *Job) key() string {
-	return j.ScopedID() + "@" + j.nonce
-}
-
-// ScopedID is the job's id within its tenant, as the waiting room's
-// duplicate check records it and its asynq task id holds it:
-// <encoded tenant>/<id>. The tenant is encoded as in key names ("=" and
-// the tenant as it is when it is at most 64 bytes of letters, digits and
-// _.-, else "#" and the hex SHA-256 of it), and '/' is a character of
-// neither that nor an id, so two tenants' ids never share a scoped id.
-// It is a safe HTTP header value: the built-in sluice.http job sends it as
-// its default Idempotency-Key. A job without a tenant (never one a
-// Producer accepted) has its bare id.
+// ScopedID is the job's id within its tenant: <encoded tenant>/<id>, the
+// tenant encoded as in key names (package keyspace). Two tenants' jobs
+// never share one, and it is a safe HTTP header value: the built-in
+// sluice.http job sends it as its default Idempotency-Key. A job without
+// a tenant (never one a Producer accepted) has its bare id.
 func (j *Job) ScopedID() string {
 	enc, err := keyspace.Encode(j.Tenant)
 	if err != nil {
@@ -289,17 +239,18 @@ func (j *Job) ScopedID() string {
 	return enc + "/" + j.ID
 }
 
-// taskID is the asynq task id of the job's current hand-over: no other
-// hand-over, even of a job of the same ID, shares it.
+// taskID is the asynq task id of the job's current hand-over,
+// sluice:<scoped id>@<nonce>:<moves>: no other hand-over, even of a job
+// of the same ID, shares it.
 func (j *Job) taskID() string {
-	return "sluice:" + j.key() + ":" + strconv.Itoa(j.moves)
+	return "sluice:" + j.ScopedID() + "@" + j.nonce + ":" + strconv.Itoa(j.moves)
 }
 
 // envelope is a job as its asynq task's payload carries it, inside the
 // job's waiting-room entry (item): JSON of the fields a producer sets and
 // of those the queue sets.
 type envelope struct {
-	*Job
+	Job
 	Nonce      string    `json:"nonce,omitempty"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	Retried    int       `json:"retried,omitempty"`
@@ -307,14 +258,9 @@ type envelope struct {
 	Class      string    `json:"class,omitempty"`
 }
 
-// envelope writes the job's envelope.
-func (j *Job) envelope() ([]byte, error) {
-	return json.Marshal(envelope{Job: j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Class: j.class})
-}
-
-// encode is envelope as a string.
+// encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := j.envelope()
+	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Class: j.class})
 	return string(b), err
 }
 
@@ -324,10 +270,7 @@ func decodeJob(s []byte) (*Job, error) {
 	if err := json.Unmarshal(s, &e); err != nil {
 		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
-	if e.Job == nil {
-		e.Job = &Job{}
-	}
-	j := *e.Job
+	j := e.Job
 	j.nonce, j.enqueuedAt, j.retried, j.moves, j.class = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Class
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")

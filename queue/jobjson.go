@@ -12,20 +12,18 @@ import (
 )
 
 // ParseJob reads one job written as JSON, the shape of EnqueueRequest, as
-// POST /enqueue and `enqueue -f` take it. It is strict, so that one text
-// has one meaning whatever reads it: a key given twice (also when one is
-// written with escapes, such as "\u0074enant"), a key in another case than
-// its field's ("TENANT"), an unknown key, or anything after the object is
-// refused, where encoding/json would let the last or a case-insensitive
-// match win: behind a proxy that checks the tenant field, that is an
-// identity swap. The error wraps ErrInvalidJob.
+// POST /enqueue and `enqueue -f` take it. So that one text has one meaning
+// whatever reads it (a proxy that checks the tenant, say), it refuses a
+// key given twice (also with escapes, "\u0074enant"), a key in another
+// case than its field's ("TENANT"), an unknown key and anything after the
+// object, which encoding/json alone would let pass. The error wraps
+// ErrInvalidJob.
 func ParseJob(data []byte) (Job, error) {
 	if err := checkKeys(data); err != nil {
 		return Job{}, invalid("%v", err)
 	}
 	var req EnqueueRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		return Job{}, invalid("%v", err)
 	}

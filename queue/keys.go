@@ -1,11 +1,6 @@
 package queue
 
-import (
-	"fmt"
-
-	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/names"
-)
+import "github.com/sluicehq/sluice/internal/keyspace"
 
 // DefaultPrefix starts every key of the waiting room.
 const DefaultPrefix = "sluice:q"
@@ -14,8 +9,8 @@ const DefaultPrefix = "sluice:q"
 // the asynq keys its scripts write. All carry the queue's hash tag {Q},
 // which is asynq's own (asynq:{Q}:...), so that one script can take a job
 // out of the waiting room and hand it to asynq in one atomic step, on
-// Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-], so the
-// tag is the name as it is.
+// Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-]
+// (Config.fill), so the tag is the name as it is.
 type keys struct {
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
 	tenantPrefix, admPrefix                                      string
@@ -23,10 +18,7 @@ type keys struct {
 	asynqPending, asynqTask string
 }
 
-func newKeys(prefix, queue string) (keys, error) {
-	if !names.Valid(queue, names.MaxLen, "") {
-		return keys{}, fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", queue)
-	}
+func newKeys(prefix, queue string) keys {
 	tag := ":{" + queue + "}"
 	k := func(kind string) string { return prefix + ":" + kind + tag }
 	return keys{
@@ -43,7 +35,7 @@ func newKeys(prefix, queue string) (keys, error) {
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
 		asynqTask:    "asynq:{" + queue + "}:t:",
-	}, nil
+	}
 }
 
 // tenant returns the encoded tenant and the key of its list.

@@ -1,15 +1,14 @@
 package queue
 
 import (
+	"cmp"
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,13 +37,10 @@ type Config struct {
 	// Prefix starts the waiting room's keys; default DefaultPrefix.
 	Prefix string
 	// Bound is the most jobs the queue holds that no worker has taken
-	// yet: waiting, or handed to asynq and pending there. Required, at
-	// least 1.
+	// yet (Stats.Depth). Required, at least 1.
 	Bound int64
-	// TenantBound is the most jobs one tenant may have waiting in the
-	// waiting room, not yet handed to asynq (TenantDepth); 0 for no
-	// bound. At most Prefetch jobs of the queue, all tenants together,
-	// wait in asynq's pending list, where Bound counts them.
+	// TenantBound is the most jobs one tenant may have in the waiting
+	// room, not yet handed to asynq (TenantDepth); 0 for no bound.
 	TenantBound int64
 	// MaxPayload is the largest payload accepted; default
 	// DefaultMaxPayload.
@@ -53,11 +49,8 @@ type Config struct {
 	// weight 1.
 	Tenants func(tenant string) TenantPolicy
 	// Check, when set, is asked about each job before it is admitted: an
-	// error refuses the job (wrapped in ErrInvalidJob) and nothing is
-	// written. Use it to refuse what the workers could never run, such as
-	// a downstream they do not know or a cost above its burst, at
-	// enqueue rather than archive it later. The policy file's
-	// Config.CheckJob is one.
+	// error refuses the job (wrapped in ErrInvalidJob), for what the
+	// workers could never run. The policy file's Config.CheckJob is one.
 	Check func(job *Job) error
 	// Clock, when set, replaces the Redis server's clock in the scripts.
 	// Only for tests.
@@ -65,23 +58,17 @@ type Config struct {
 }
 
 func (c *Config) fill() error {
-	if c.Queue == "" {
-		c.Queue = "default"
-	}
+	c.Queue = cmp.Or(c.Queue, "default")
+	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
+	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
 	if !names.Valid(c.Queue, names.MaxLen, "") {
 		return fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", c.Queue)
-	}
-	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
 	}
 	if c.Bound < 1 {
 		return fmt.Errorf("sluice: queue %q: Bound must be at least 1, got %d", c.Queue, c.Bound)
 	}
 	if c.TenantBound < 0 {
 		return fmt.Errorf("sluice: queue %q: TenantBound must not be negative, got %d", c.Queue, c.TenantBound)
-	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = DefaultMaxPayload
 	}
 	if c.MaxPayload < 0 {
 		return fmt.Errorf("sluice: queue %q: MaxPayload must not be negative, got %d", c.Queue, c.MaxPayload)
@@ -105,7 +92,6 @@ type Producer struct {
 	client redis.UniversalClient
 	cfg    Config
 	keys   keys
-	args   sync.Map // algorithms.Policy -> [5]string
 }
 
 // NewProducer returns a Producer on client for *opts (nil: the defaults).
@@ -120,11 +106,7 @@ func NewProducer(client redis.UniversalClient, opts *Config) (*Producer, error) 
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	k, err := newKeys(cfg.Prefix, cfg.Queue)
-	if err != nil {
-		return nil, err
-	}
-	return &Producer{client: client, cfg: cfg, keys: k}, nil
+	return &Producer{client: client, cfg: cfg, keys: newKeys(cfg.Prefix, cfg.Queue)}, nil
 }
 
 // Receipt describes an accepted job.
@@ -140,35 +122,28 @@ type Receipt struct {
 	Policy *algorithms.Policy
 }
 
-// randomHex returns n random bytes in hex (n at most 32). Ids and nonces
-// need to be unique, not secret: math/rand/v2's top-level functions
-// (ChaCha8, seeded by the operating system for each process) give that
-// for a few nanoseconds where crypto/rand took about 0.9 µs a call here,
-// a system call each, two per Enqueue.
+// randomHex returns n random bytes in hex. Ids and nonces need to be
+// unique, not secret: math/rand/v2 (ChaCha8, seeded per process) will do.
 func randomHex(n int) string {
-	var b [32]byte
-	for i := 0; i < n; i += 8 {
-		binary.LittleEndian.PutUint64(b[i:], rand.Uint64())
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
 	}
-	return hex.EncodeToString(b[:n])
+	return hex.EncodeToString(b)
 }
-
-func newID() string { return randomHex(16) }
 
 // Check runs the checks that Enqueue runs before it touches Redis: the
 // job's own fields and Config.Check. A job it refuses, Enqueue refuses; a
 // job it passes may still be refused by admission, the bound or a
 // duplicate id. Its error wraps ErrInvalidJob.
-func (p *Producer) Check(job Job) error { return p.check(&job) }
-
-func (p *Producer) check(job *Job) error {
+func (p *Producer) Check(job Job) error {
 	if err := job.validate(p.cfg.MaxPayload); err != nil {
 		return err
 	}
 	if p.cfg.Check == nil {
 		return nil
 	}
-	err := p.cfg.Check(job)
+	err := p.cfg.Check(&job)
 	if err != nil && !errors.Is(err, ErrInvalidJob) {
 		err = fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
@@ -183,14 +158,17 @@ func (p *Producer) check(job *Job) error {
 // accepted; in each case nothing was written. Once Enqueue returns nil the
 // job is stored in Redis and will run (at least once).
 func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
-	if err := p.check(&job); err != nil {
+	if err := p.Check(job); err != nil {
 		return Receipt{}, err
 	}
 	// An id the producer chooses is random and no other job's: the
-	// enqueue script does not record it for the duplicate check.
-	recordID := job.ID
+	// enqueue script does not record it for the duplicate check. Other
+	// tenants' ids never block one.
+	recordID := ""
 	if job.ID == "" {
-		job.ID = newID()
+		job.ID = randomHex(16)
+	} else {
+		recordID = job.ScopedID()
 	}
 	job.nonce = randomHex(8)
 	job.enqueuedAt = time.Now().UTC()
@@ -199,42 +177,24 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	job.retried, job.moves = 0, 0
 	tp := p.cfg.Tenants(job.Tenant)
-	job.class = tp.Class
-	if job.class == "" {
-		job.class = defaultClass
-	}
-	weight := tp.Weight
-	if weight <= 0 {
-		weight = 1
-	}
-	if weight > 100 {
-		weight = 100
-	}
+	job.class = cmp.Or(tp.Class, defaultClass)
+	weight := min(max(tp.Weight, 1), 100)
 	enc, list, err := p.keys.tenant(job.Tenant)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
-	if recordID != "" {
-		recordID = job.ScopedID() // the tenant's id: other tenants' never block it
-	}
-	alg := ""
+	alg, capacity := "", int64(0)
 	var adm [5]string // "": no policy
-	admKey := p.keys.admission("none", enc)
 	if tp.Admission != nil {
 		pol := *tp.Admission
-		if a, ok := p.args.Load(pol); ok {
-			adm = a.([5]string)
-		} else if adm, err = pol.ScriptArgs(); err != nil {
+		if adm, err = pol.ScriptArgs(); err != nil {
 			return Receipt{}, fmt.Errorf("sluice: tenant %.64q: %w", job.Tenant, err)
-		} else {
-			p.args.Store(pol, adm)
 		}
 		if job.cost() > pol.Capacity() {
 			return Receipt{}, invalid("cost %d exceeds the capacity %d of tenant %.64q's policy (%s): %v",
 				job.cost(), pol.Capacity(), job.Tenant, pol, algorithms.ErrCostExceedsCapacity)
 		}
-		alg = string(pol.Algorithm)
-		admKey = p.keys.admission(alg, enc)
+		alg, capacity = string(pol.Algorithm), pol.Capacity()
 	}
 	item, err := job.item(p.cfg.Queue)
 	if err != nil {
@@ -246,6 +206,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if job.class != defaultClass {
 		class = job.class
 	}
+	admKey := k.admission(cmp.Or(alg, "none"), enc)
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},
 		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
@@ -255,10 +216,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	if len(v) != 4 {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply of %d values", p.cfg.Queue, len(v))
-	}
-	capacity := int64(0)
-	if tp.Admission != nil {
-		capacity = tp.Admission.Capacity()
 	}
 	switch v[0] {
 	case 0:
@@ -283,15 +240,13 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {
-	// Depth counts the jobs waiting to start, which the queue's Bound
-	// bounds: in the waiting room, or in asynq's pending list.
+	// Depth counts the jobs waiting to start, which Bound bounds: in the
+	// waiting room, or in asynq's pending list.
 	Depth int64
-	// HandedOver counts the tasks in asynq's pending list: jobs handed
-	// over and not yet taken by a worker (at most Prefetch), and asynq's
-	// own retries that are due.
+	// HandedOver counts the tasks in asynq's pending list (at most
+	// Prefetch, and asynq's own retries that are due).
 	HandedOver int64
-	// Tenants counts tenants with jobs waiting (in the round-robin, or
-	// asleep until their throttle has room).
+	// Tenants counts tenants with jobs waiting, asleep or not.
 	Tenants int64
 	// Sleeping counts tenants skipped until their throttle has room.
 	Sleeping int64
@@ -334,9 +289,7 @@ func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, err
 }
 
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
-// jobs waiting in the waiting room, not yet handed to asynq. (At most
-// Prefetch of the queue's jobs, all tenants together, are handed over and
-// not yet taken by a worker: Stats.HandedOver.)
+// jobs in the waiting room, not yet handed to asynq.
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
 	_, list, err := p.keys.tenant(tenant)
 	if err != nil {
@@ -391,11 +344,5 @@ func (p *Producer) Sleepers(ctx context.Context, n int) ([]Sleeper, error) {
 // sleepText is what the why hash keeps of a sleeping tenant: its id, cut
 // to 64 bytes, and the reason, cut to 200.
 func sleepText(tenant, why string) string {
-	if len(tenant) > 64 {
-		tenant = tenant[:64]
-	}
-	if len(why) > 200 {
-		why = why[:200]
-	}
-	return strings.ReplaceAll(tenant, "\t", " ") + "\t" + why
+	return strings.ReplaceAll(tenant[:min(len(tenant), 64)], "\t", " ") + "\t" + why[:min(len(why), 200)]
 }

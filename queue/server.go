@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,10 +37,8 @@ type Downstream struct {
 	BaseURL *url.URL
 	// Timeout bounds the built-in HTTP job's request; default 30s.
 	Timeout time.Duration
-	// Headers are set on every built-in HTTP job's request to the
-	// downstream, over the job's own fields of the same names (its
-	// credentials: a job cannot replace them). The values are secrets:
-	// never logged or put in an error.
+	// Headers are set on every built-in HTTP job's request, over the
+	// job's own (its credentials). The values are secrets: never logged.
 	Headers map[string]string
 }
 
@@ -50,13 +49,9 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
-	// Prefetch is how many tasks asynq's pending list may hold before the
-	// dispatcher hands more jobs over (handed-over jobs not yet taken by
-	// a worker, and asynq's own retries that are due), fleet-wide;
-	// default 3 × Concurrency. Keep it at least the
-	// fleet's total concurrency. The dispatcher hands jobs over in
-	// batches of up to 2 × Concurrency (or Prefetch, if smaller; at most
-	// 32).
+	// Prefetch is how many tasks asynq's pending list may hold, fleet-wide,
+	// before the dispatcher hands more jobs over; default 3 × Concurrency.
+	// Keep it at least the fleet's total concurrency.
 	Prefetch int
 	// Throttle paces jobs that name a Downstream; nil runs them unpaced.
 	Throttle *throttle.Throttle
@@ -65,19 +60,13 @@ type ServerConfig struct {
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
-	// Retention keeps completed asynq tasks this long, with their
-	// results (such as "throttled: back in sluice's waiting room"), for
-	// asynqmon and the Inspector. asynq counts it in whole seconds. The
-	// default, 0, deletes a task when it completes, as asynq does; a
-	// retained task costs Redis memory and a little work at completion.
+	// Retention keeps completed asynq tasks this long (whole seconds),
+	// with their results, for asynqmon and the Inspector. Default 0:
+	// deleted on completion, as asynq does.
 	Retention time.Duration
 	// PollInterval is how often an idle dispatcher looks for work, and
-	// how long asynq's processor sleeps after finding its pending list
-	// empty (its TaskCheckInterval); default 50ms. A job enqueued on an
-	// idle queue waits for both in turn: about one PollInterval on
-	// average, against half of one for bare asynq at the same
-	// TaskCheckInterval (docs/queue.md, The dispatcher). Each idle worker
-	// process sends Redis a claim and an asynq dequeue per PollInterval.
+	// asynq's TaskCheckInterval; default 50ms. A job enqueued on an idle
+	// queue waits about one PollInterval (docs/queue.md, The dispatcher).
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -88,11 +77,12 @@ type ServerConfig struct {
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
 // waiting room, and the throttle before each handler.
 type Server struct {
-	budgets   budgets // the dispatcher's
+	budgets   map[string]*budget // the dispatcher's
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
-	retention string // cfg.Retention as asynq's TaskMessage field (retentionField)
+	retention string   // cfg.Retention, encoded (retentionField)
+	metrics   *Metrics // cfg.Metrics, or collectors registered nowhere
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
@@ -126,40 +116,28 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if err := cfg.Config.fill(); err != nil {
 		return nil, err
 	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 10
-	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	if cfg.Concurrency < 0 {
 		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
 	}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = 3 * cfg.Concurrency
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
+	cfg.Prefetch = cmp.Or(cfg.Prefetch, 3*cfg.Concurrency)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
 	}
 	if cfg.Downstreams == nil {
 		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
 	}
-	s := &Server{client: client, cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
+	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
 		// A quarter of the prefetch: with up to four processes sharing
 		// it, each process's own starts wake it before the pending list
 		// runs dry.
 		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
 		fullRecheck: 4 * cfg.PollInterval,
-		retention:   retentionField(cfg.Retention)}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	var err error
-	if s.keys, err = newKeys(cfg.Prefix, cfg.Queue); err != nil {
-		return nil, err
+		retention:   retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
+	if s.metrics == nil {
+		s.metrics, _ = NewMetrics(nil, cfg.Queue)
 	}
 	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
 		Concurrency:     cfg.Concurrency,
@@ -177,11 +155,9 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 // Start starts processing with h and returns; Shutdown stops.
 func (s *Server) Start(h Handler) error {
 	ctx, cancel := context.WithCancel(context.Background())
-	// asynq's processor looks at its pending list as soon as it starts,
-	// and sleeps about PollInterval when it finds it empty: hand the
-	// first batch over before that look, so that a worker started on a
-	// backlog begins at once. A failure here is the dispatcher's to
-	// retry; it is not the start's.
+	// Hand the first batch over before asynq's processor first looks (and
+	// then sleeps a PollInterval), so that a worker starts on a backlog at
+	// once. A failure here is the dispatcher's to retry.
 	if _, err := s.dispatchOne(ctx); err != nil {
 		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
 	}
@@ -213,30 +189,15 @@ func (s *Server) Shutdown() {
 	s.srv.Shutdown()
 }
 
-// Run starts the server and blocks until ctx is done, then shuts down.
-func (s *Server) Run(ctx context.Context, h Handler) error {
-	if err := s.Start(h); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	s.Shutdown()
-	return nil
-}
-
-// throttleKey returns the throttle key and settings for job, if it names a
-// downstream the server knows.
+// throttleFor returns the throttle key and settings for job, if it names
+// a downstream the server knows and the server has a throttle.
 func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
-	if job.Downstream == "" || s.cfg.Throttle == nil {
-		return "", Downstream{}, false
+	d, ok := Downstream{}, false
+	if job.Downstream != "" && s.cfg.Throttle != nil {
+		d, ok = s.cfg.Downstreams(job.Downstream)
 	}
-	d, ok := s.cfg.Downstreams(job.Downstream)
-	if !ok {
-		return "", Downstream{}, false
-	}
-	if d.Limit.Name == "" {
-		d.Limit.Name = job.Downstream
-	}
-	return ThrottleKey(job, d.PerTenant), d, true
+	d.Limit.Name = cmp.Or(d.Limit.Name, job.Downstream)
+	return ThrottleKey(job, d.PerTenant), d, ok
 }
 
 // ThrottleKey returns the throttle key a job's slots are taken from: its
@@ -265,23 +226,21 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	if job.Downstream != "" && s.cfg.Throttle != nil {
-		if _, ok := s.cfg.Downstreams(job.Downstream); !ok {
-			return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
-		}
+	key, d, ok := s.throttleFor(job)
+	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
+		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
-	var lease *throttle.Lease
-	if key, d, ok := s.throttleFor(job); ok {
+	if ok {
 		if d.Concurrency != nil {
 			// A lease given back is usable at once: wait for one as
 			// long as for a slot, woken by the release.
-			lease, err = s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
+			lease, err := s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
 				// Every lease stayed held for the whole wait: calls are
-				// slow, not stalled; look again soon, not when a lease
-				// would run out.
-				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, leaseRecheck), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
+				// slow, not stalled; look again within a second, not
+				// when a lease would run out.
+				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
 			}
 			if err != nil {
 				return s.throttleError(job, err)
@@ -295,7 +254,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				return s.throttleError(job, err)
 			}
 			if !r.OK {
-				s.cfg.Metrics.throttled(d.Limit.Name)
+				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
 				return s.putBack(ctx, t, job, enc, r.RetryAfter, tooFar(job, r))
 			}
 			ok, err := s.cfg.Throttle.Await(ctx, r)
@@ -309,20 +268,15 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		}
 	}
 	if first {
-		s.cfg.Metrics.started(job)
+		s.metrics.starts.Inc()
+		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(job.enqueuedAt).Seconds())
 	}
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
-	var pe *permanentError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &re):
+	if errors.As(err, &re) {
 		return s.putBack(ctx, t, job, enc, re.After, "rescheduled: "+re.Reason)
-	case errors.As(err, &pe):
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	return err
+	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
 
 // tooFar says why a job whose slot r is beyond its downstream's max_wait
@@ -334,16 +288,9 @@ func tooFar(job *Job, r throttle.Reservation) string {
 	return fmt.Sprintf("slot: downstream %s's next slot is beyond max_wait", job.Downstream)
 }
 
-// leaseRecheck is the longest a tenant sleeps after its job waited a whole
-// MaxWait for a concurrency lease without getting one.
-const leaseRecheck = time.Second
-
-// throttleError maps an error of the throttle to the job's fate. A job the
-// throttle refuses for what it is (a cost above the downstream's burst, a
-// limit that is not valid) will never run: it is archived with the
-// reason, at once, and holds up nobody. Anything else (Redis unreachable
-// and failing closed, shutting down) is not the job's fault: asynq runs
-// it again later without counting a failure.
+// throttleError maps an error of the throttle to the job's fate: a job
+// that no slot will ever hold is archived at once; anything else (Redis
+// unreachable, shutting down) is retried without counting a failure.
 func (s *Server) throttleError(job *Job, err error) error {
 	if neverFits(err) {
 		return fmt.Errorf("%w: job %s of tenant %.64q: downstream %q: %v", asynq.SkipRetry, job.ID, job.Tenant, job.Downstream, err)
@@ -387,7 +334,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc strin
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
-	s.cfg.Metrics.putBackFor(job, d)
+	s.metrics.putBackSeconds.WithLabelValues(job.Class()).Add(d.Seconds())
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))
 	}
@@ -404,7 +351,10 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		if st, err := readStats(ctx, s.client, s.keys); err == nil {
-			s.cfg.Metrics.sampleBacklog(st.ByClass)
+			s.metrics.backlog.Reset()
+			for c, n := range st.ByClass {
+				s.metrics.backlog.WithLabelValues(c).Set(float64(n))
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -553,12 +553,29 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 			return nil, err
 		}
 		for _, e := range entries {
-			if j, err := queue.DecodeEntry(e); err == nil {
-				where[j.ID] = "waiting"
+			if id, ok := entryID(e); ok {
+				where[id] = "waiting"
 			}
 		}
 	}
 	return where, nil
+}
+
+// entryID returns the job id of a waiting-room entry, read from the asynq
+// task id that its header locates (docs/queue.md, Entries):
+// sluice:<tenant>/<id>@<nonce>:<moves>.
+func entryID(e string) (string, bool) {
+	_, rest, _ := strings.Cut(e, "\t")
+	at, msg, _ := strings.Cut(rest, "\t")
+	off, n, _ := strings.Cut(at, ":")
+	o, err1 := strconv.Atoi(off)
+	l, err2 := strconv.Atoi(n)
+	if err1 != nil || err2 != nil || o < 0 || l < 0 || o+l > len(msg) {
+		return "", false
+	}
+	_, id, _ := strings.Cut(msg[o:o+l], "/")
+	id, _, ok := strings.Cut(id, "@")
+	return id, ok
 }
 
 // summarize counts the places of ids ("nowhere" for those absent).

@@ -1,18 +1,6 @@
 // Package enqueuecmd is the sluice producer CLI: one job from flags, many
-// from JSON lines with a progress line, and a stats view. cmd/enqueue's
-// main only calls Main. A JSON lines file is checked whole before any of
-// it is enqueued, and the result is printed per line (see bulk), so that a
-// script can send again exactly what was not accepted.
-//
-// Exit codes, for scripts:
-//
-//	0  every job accepted
-//	1  Redis unreachable or another failure: nothing more is known
-//	2  bad usage or an invalid job (nothing enqueued for it)
-//	3  refused by the tenant's admission policy (rate limited)
-//	4  refused because the queue or the tenant's backlog is full
-//	5  refused because a job with the same id is waiting in the queue:
-//	   nothing was enqueued, the job already there will run
+// from JSON lines, and a stats view. cmd/enqueue's main only calls Main.
+// Its exit codes (the Exit constants) tell a script why a job was refused.
 package enqueuecmd
 
 import (
@@ -36,27 +24,20 @@ import (
 
 // Exit codes.
 const (
-	ExitOK          = 0
-	ExitFailure     = 1
-	ExitUsage       = 2
-	ExitRateLimited = 3
-	ExitQueueFull   = 4
-	ExitDuplicate   = 5
+	ExitOK          = 0 // every job accepted
+	ExitFailure     = 1 // Redis unreachable or another failure
+	ExitUsage       = 2 // bad usage or an invalid job (nothing enqueued for it)
+	ExitRateLimited = 3 // refused by the tenant's admission policy
+	ExitQueueFull   = 4 // refused: the queue or the tenant's backlog is full
+	ExitDuplicate   = 5 // refused: a job with the same id is waiting in the queue
 )
 
 type options struct {
-	redis                          redisconn.Flags
-	policy                         string
-	tenant, typ, payload, id, down string
-	cost                           int64
-	maxRetry                       int
-	file                           string
-	wait                           bool
-	maxWait                        time.Duration
-	quiet                          bool
+	redis                 redisconn.Flags
+	policy, payload, file string
+	wait, quiet           bool
+	maxWait               time.Duration
 }
-
-func env(name string) string { return os.Getenv(name) }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `usage:
@@ -66,8 +47,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   enqueue -policy policy.yaml stats
 
 `)
-	// Parse's own output goes nowhere (Main reports its errors itself), so
-	// the flag list must be pointed at w here, or -h would list none.
+	// Parse's own output goes nowhere: point the flag list at w.
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
@@ -90,53 +70,52 @@ and an "id" catches a second sending only while its job still waits to start.
 // Main runs the CLI and returns its exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var o options
+	var job queue.Job // from the flags
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
-	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
-	fs.StringVar(&o.redis.CAFile, "redis-ca", env("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
-	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY"), "policy file: the queue and the tenants' admission policies (env SLUICE_POLICY)")
-	fs.StringVar(&o.tenant, "tenant", "", "the job's tenant")
-	fs.StringVar(&o.typ, "type", "", "the job's type (sluice.http for the built-in HTTP call)")
+	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.Cluster, "redis-cluster", os.Getenv("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.redis.CAFile, "redis-ca", os.Getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
+	fs.StringVar(&o.policy, "policy", os.Getenv("SLUICE_POLICY"), "policy file: the queue and the tenants' admission policies (env SLUICE_POLICY)")
+	fs.StringVar(&job.Tenant, "tenant", "", "the job's tenant")
+	fs.StringVar(&job.Type, "type", "", "the job's type (sluice.http for the built-in HTTP call)")
 	fs.StringVar(&o.payload, "payload", "", "the job's payload (JSON for sluice.http jobs)")
-	fs.StringVar(&o.id, "id", "", "the job's id (default: a random one)")
-	fs.StringVar(&o.down, "downstream", "", "the downstream the job calls")
-	fs.Int64Var(&o.cost, "cost", 0, "the job's cost in admission and quota units (default 1)")
-	fs.IntVar(&o.maxRetry, "max-retry", 0, "retries on failure (default 25; -1 for none)")
+	fs.StringVar(&job.ID, "id", "", "the job's id (default: a random one)")
+	fs.StringVar(&job.Downstream, "downstream", "", "the downstream the job calls")
+	fs.Int64Var(&job.Cost, "cost", 0, "the job's cost in admission and quota units (default 1)")
+	fs.IntVar(&job.MaxRetry, "max-retry", 0, "retries on failure (default 25; -1 for none)")
 	fs.StringVar(&o.file, "f", "", "read jobs as JSON lines from this file (- for standard input)")
 	fs.BoolVar(&o.wait, "wait", false, "when refused, wait as the refusal says and try again (up to -max-wait)")
 	fs.DurationVar(&o.maxWait, "max-wait", 5*time.Minute, "with -wait, the longest to keep trying one job")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			usage(stdout, fs)
-			return ExitOK
-		}
+	bad := func(problem any) int {
+		fmt.Fprintln(stderr, "enqueue:", problem)
+		return ExitUsage
+	}
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout, fs)
+		return ExitOK
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "enqueue:", err)
 		usage(stderr, fs)
 		return ExitUsage
 	}
 	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
-	if fs.NArg() > 0 && !stats {
-		fmt.Fprintf(stderr, "enqueue: unexpected arguments %q\n", fs.Args())
-		return ExitUsage
-	}
-	if o.policy == "" {
-		fmt.Fprintln(stderr, "enqueue: -policy is required (the queue's name, bounds and tenants' policies come from it)")
-		return ExitUsage
-	}
-	if !o.redis.Configured() {
-		fmt.Fprintln(stderr, "enqueue: no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)")
-		return ExitUsage
-	}
-	if !stats && o.file == "" && (o.tenant == "" || o.typ == "") {
-		fmt.Fprintln(stderr, "enqueue: give -tenant and -type for one job, -f for many, or stats")
-		return ExitUsage
+	switch {
+	case fs.NArg() > 0 && !stats:
+		return bad(fmt.Sprintf("unexpected arguments %q", fs.Args()))
+	case o.policy == "":
+		return bad("-policy is required (the queue's name, bounds and tenants' policies come from it)")
+	case !o.redis.Configured():
+		return bad("no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)")
+	case !stats && o.file == "" && (job.Tenant == "" || job.Type == ""):
+		return bad("give -tenant and -type for one job, -f for many, or stats")
 	}
 	cfg, err := policy.Load(o.policy)
 	if err != nil {
-		fmt.Fprintln(stderr, "enqueue:", err)
-		return ExitUsage
+		return bad(err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -144,15 +123,13 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	redisconn.RouteDriverLog(slog.New(slog.NewTextHandler(stderr, nil)))
 	client, err := o.redis.Client()
 	if err != nil {
-		fmt.Fprintln(stderr, "enqueue:", err)
-		return ExitUsage
+		return bad(err)
 	}
 	defer client.Close()
 	qc := cfg.QueueConfig()
 	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
-		fmt.Fprintln(stderr, "enqueue:", err)
-		return ExitUsage
+		return bad(err)
 	}
 	if stats {
 		return showStats(ctx, p, cfg, stdout, stderr)
@@ -162,55 +139,38 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		if o.file != "-" {
 			f, err := os.Open(o.file)
 			if err != nil {
-				fmt.Fprintln(stderr, "enqueue:", err)
-				return ExitUsage
+				return bad(err)
 			}
 			defer f.Close()
 			in, name = f, o.file
 		}
 		return bulk(ctx, p, o, name, in, stdout, stderr)
 	}
-	job := queue.Job{ID: o.id, Tenant: o.tenant, Type: o.typ, Payload: []byte(o.payload), Downstream: o.down, Cost: o.cost, MaxRetry: o.maxRetry}
-	r, code := one(ctx, p, job, o, stderr)
-	if code == ExitOK {
-		fmt.Fprintf(stdout, "%s\n", r.ID)
+	job.Payload = []byte(o.payload)
+	r, code, err := one(ctx, p, job, o)
+	if err != nil {
+		explain(stderr, "", code, err)
+		return code
 	}
+	fmt.Fprintf(stdout, "%s\n", r.ID)
 	return code
 }
 
 // one enqueues job, waiting and retrying as refusals say when -wait is
-// set. It prints why a job was refused and returns the exit code.
-func one(ctx context.Context, p *queue.Producer, job queue.Job, o options, stderr io.Writer) (queue.Receipt, int) {
+// set, and returns the exit code and the last refusal.
+func one(ctx context.Context, p *queue.Producer, job queue.Job, o options) (queue.Receipt, int, error) {
 	deadline := time.Now().Add(o.maxWait)
 	for {
 		r, err := p.Enqueue(ctx, job)
-		if err == nil {
-			return r, ExitOK
-		}
 		code, wait := classify(err)
-		if code == ExitRateLimited || code == ExitQueueFull {
-			if o.wait && time.Now().Add(wait).Before(deadline) {
-				select {
-				case <-time.After(wait):
-					continue
-				case <-ctx.Done():
-					fmt.Fprintln(stderr, "enqueue: interrupted")
-					return r, ExitFailure
-				}
-			}
-			fmt.Fprintf(stderr, "enqueue: %v\n", err)
-			if code == ExitQueueFull {
-				fmt.Fprintf(stderr, "enqueue: back off and retry in %v\n", wait)
-			}
-			return r, code
+		if !o.wait || (code != ExitRateLimited && code != ExitQueueFull) || !time.Now().Add(wait).Before(deadline) {
+			return r, code, err
 		}
-		fmt.Fprintf(stderr, "enqueue: %v\n", err)
-		if code == ExitDuplicate {
-			// Waiting would not help: the id is free only once a worker
-			// has taken that job.
-			fmt.Fprintf(stderr, "enqueue: not enqueued again; the job already queued will run (give another -id, or none for a random one)\n")
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return r, ExitFailure, errors.New("interrupted")
 		}
-		return r, code
 	}
 }
 
@@ -220,6 +180,8 @@ func classify(err error) (int, time.Duration) {
 	var rl *queue.RateLimitedError
 	var qf *queue.QueueFullError
 	switch {
+	case err == nil:
+		return ExitOK, 0
 	case errors.As(err, &rl):
 		return ExitRateLimited, rl.Decision.RetryAfter
 	case errors.As(err, &qf):
@@ -232,17 +194,20 @@ func classify(err error) (int, time.Duration) {
 	return ExitFailure, 0
 }
 
-// bulk enqueues a JSON lines file, safe to run again after a partial
-// failure. It reads and checks every line first (queue.ParseJob and the
-// producer's own checks, the policy's among them); with any bad line it
-// names each as name:line: reason on stderr, enqueues nothing and returns
-// ExitUsage. Otherwise it enqueues the lines in order and prints one
-// stdout line per job line: "accepted <line> <id>", or "refused <line>
-// <reason>" with reason rate-limited, queue-full, duplicate (a job with
-// that id is queued already), invalid or failed, and the error on stderr. The exit
-// code is the worst refusal's (failure > queue full > rate limited >
-// invalid > duplicate), 0 if all were accepted. A line that is not listed (after an
-// interrupt) was not enqueued.
+// explain prints why a job was refused and what to do about it; where
+// names the job's line in a file.
+func explain(w io.Writer, where string, code int, err error) {
+	fmt.Fprintf(w, "enqueue: %s%v\n", where, err)
+	switch code {
+	case ExitQueueFull:
+		fmt.Fprintf(w, "enqueue: %sback off and retry in 1s\n", where)
+	case ExitDuplicate: // waiting would not help: the id is free once a worker has taken that job
+		fmt.Fprintf(w, "enqueue: %snot enqueued again; the job already queued will run (give another -id, or none for a random one)\n", where)
+	}
+}
+
+// bulk enqueues a JSON lines file, as the usage describes: every line is
+// checked first, then enqueued in order with one stdout line per job.
 func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.Reader, stdout, stderr io.Writer) int {
 	type entry struct {
 		line int
@@ -277,26 +242,21 @@ func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.
 		return ExitUsage
 	}
 
-	var done, accepted, refused int
+	var accepted, refused int
 	worst := ExitOK
 	rank := map[int]int{ExitOK: 0, ExitDuplicate: 1, ExitUsage: 2, ExitRateLimited: 3, ExitQueueFull: 4, ExitFailure: 5}
 	word := map[int]string{ExitDuplicate: "duplicate", ExitUsage: "invalid", ExitRateLimited: "rate-limited", ExitQueueFull: "queue-full", ExitFailure: "failed"}
 	last := time.Now()
-	progress := func(final bool) {
-		if o.quiet || (!final && time.Since(last) < 200*time.Millisecond) {
+	progress := func(end string) { // "\r" at most every 200ms, "\n" at the end
+		if o.quiet || (end == "\r" && time.Since(last) < 200*time.Millisecond) {
 			return
 		}
 		last = time.Now()
-		end := "\r"
-		if final {
-			end = "\n"
-		}
-		fmt.Fprintf(stderr, "enqueue: %d of %d jobs, %d accepted, %d refused%s", done, len(jobs), accepted, refused, end)
+		fmt.Fprintf(stderr, "enqueue: %d of %d jobs, %d accepted, %d refused%s", accepted+refused, len(jobs), accepted, refused, end)
 	}
 	for _, e := range jobs {
-		r, code := one(ctx, p, e.job, o, prefixed{stderr, fmt.Sprintf("%s:%d: ", name, e.line)})
-		done++
-		if code == ExitOK {
+		r, code, err := one(ctx, p, e.job, o)
+		if err == nil {
 			accepted++
 			fmt.Fprintf(stdout, "accepted %d %s\n", e.line, r.ID)
 		} else {
@@ -305,30 +265,26 @@ func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.
 			if rank[code] > rank[worst] {
 				worst = code
 			}
+			if !o.quiet {
+				fmt.Fprintln(stderr) // end the progress line
+			}
+			explain(stderr, fmt.Sprintf("%s:%d: ", name, e.line), code, err)
 		}
-		progress(false)
+		progress("\r")
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	progress(true)
+	progress("\n")
 	return worst
-}
-
-// prefixed inserts a prefix after "enqueue: " in each message.
-type prefixed struct {
-	w      io.Writer
-	prefix string
-}
-
-func (p prefixed) Write(b []byte) (int, error) {
-	s := strings.Replace(string(b), "enqueue: ", "\nenqueue: "+p.prefix, 1)
-	_, err := io.WriteString(p.w, s)
-	return len(b), err
 }
 
 func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdout, stderr io.Writer) int {
 	st, err := p.Stats(ctx)
+	var sleepers []queue.Sleeper
+	if err == nil {
+		sleepers, err = p.Sleepers(ctx, 10)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "enqueue: stats:", err)
 		return ExitFailure
@@ -337,11 +293,6 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdou
 	fmt.Fprintf(stdout, "  depth        %d of %d (waiting to start: in the waiting room, or in asynq's pending list)\n", st.Depth, cfg.Queue.Bound)
 	fmt.Fprintf(stdout, "  pending      %d in asynq's pending list (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
 	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep\n", st.Tenants, st.Sleeping)
-	sleepers, err := p.Sleepers(ctx, maxSleepersShown)
-	if err != nil {
-		fmt.Fprintln(stderr, "enqueue: stats:", err)
-		return ExitFailure
-	}
 	now := time.Now()
 	for _, s := range sleepers {
 		fmt.Fprintf(stdout, "    %-24.64q wakes in %-8v %s\n", s.Tenant, max(s.Until.Sub(now), 0).Round(time.Millisecond), s.Why)
@@ -351,6 +302,3 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdou
 	}
 	return ExitOK
 }
-
-// maxSleepersShown is how many sleeping tenants stats lists.
-const maxSleepersShown = 10
