@@ -18,7 +18,12 @@ func TestMonitoringRedactsSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The envelope also carries the queue's fields, which stay shown.
+	env = append(env[:len(env)-1], `,"nonce":"n0","enqueued_at":"2026-11-25T00:00:00Z"}`...)
 	shown := redactedPayload(httpjob.Type, env)
+	if !strings.Contains(shown, `"nonce":"n0"`) || !strings.Contains(shown, `"enqueued_at":"2026-11-25T00:00:00Z"`) {
+		t.Errorf("the queue's fields are not shown: %s", shown)
+	}
 	var got queue.Job
 	if err := json.Unmarshal([]byte(shown), &got); err != nil {
 		t.Fatalf("shown %q: %v", shown, err)

@@ -311,10 +311,13 @@ func (w *worker) Addr() string { return w.ln.Addr().String() }
 // (Authorization, Cookie, ...) replaced (httpjob.Redact).
 func redactedPayload(taskType string, payload []byte) string {
 	if taskType == httpjob.Type {
-		var job queue.Job
-		if json.Unmarshal(payload, &job) == nil {
-			job.Payload = httpjob.Redact(job.Payload)
-			if b, err := json.Marshal(job); err == nil {
+		// The envelope's fields as they are (the queue's too), its
+		// payload redacted.
+		var env map[string]json.RawMessage
+		var req []byte
+		if json.Unmarshal(payload, &env) == nil && json.Unmarshal(env["payload"], &req) == nil {
+			env["payload"], _ = json.Marshal(httpjob.Redact(req))
+			if b, err := json.Marshal(env); err == nil {
 				payload = b
 			}
 		}
