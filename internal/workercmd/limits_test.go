@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/queue/policy"
@@ -124,7 +125,7 @@ func TestLimitListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(tcp, 1)
+	ln := netutil.LimitListener(tcp, 1)
 	accepted := make(chan net.Conn)
 	acceptErr := make(chan error, 1)
 	go func() {

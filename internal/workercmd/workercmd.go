@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/redisconn"
@@ -225,7 +226,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	if lim == (serverLimits{}) {
 		lim = defaultLimits
 	}
-	w.ln = newLimitListener(ln, lim.MaxConns)
+	w.ln = netutil.LimitListener(ln, lim.MaxConns)
 	w.http = &http.Server{
 		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
 		ReadHeaderTimeout: lim.ReadHeader,
