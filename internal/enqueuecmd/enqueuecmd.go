@@ -238,7 +238,11 @@ func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.
 		return ExitUsage
 	}
 	if bad > 0 {
-		fmt.Fprintf(stderr, "enqueue: %d bad lines in %s; nothing enqueued\n", bad, name)
+		lines := "lines"
+		if bad == 1 {
+			lines = "line"
+		}
+		fmt.Fprintf(stderr, "enqueue: %d bad %s in %s; nothing enqueued\n", bad, lines, name)
 		return ExitUsage
 	}
 
