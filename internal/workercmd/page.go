@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
@@ -63,7 +64,7 @@ type pageDownstream struct {
 	State      throttle.State
 	Cap        int64 // concurrency cap, 0 for none
 	// Calls and Refused (429s) count the responses this process has seen
-	// since it started.
+	// in the last minute (since it started, in its first minute).
 	Calls, Refused float64
 	Err            string
 }
@@ -103,7 +104,7 @@ func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	if w.monitoring {
 		v.Monitoring = "/monitoring/queues/" + w.cfg.Queue.Name
 	}
-	calls, refused := w.responsesByDownstream()
+	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
 	for _, name := range slices.Sorted(maps.Keys(w.cfg.Downstreams)) {
 		d := w.cfg.Downstreams[name]
 		rates := []string{throttle.Rate{Rate: d.Limit.Rate, Per: d.Limit.Per, Burst: d.Limit.Burst}.String()}
@@ -134,10 +135,53 @@ func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	return v
 }
 
+// callCounts keeps the worker's response counts as they were every few
+// seconds for the last minute (sample), so that the page can show the
+// last minute's.
+type callCounts struct {
+	mu    sync.Mutex
+	snaps []callSnap // oldest first, none older than a minute and a sample
+}
+
+type callSnap struct {
+	at           time.Time
+	all, refused map[string]float64
+}
+
+// sampleEvery is how often the worker records its counts for the page.
+const sampleEvery = 5 * time.Second
+
+// sample records the counts now and forgets those the last minute no
+// longer needs.
+func (c *callCounts) sample(now time.Time, all, refused map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.snaps = append(c.snaps, callSnap{now, all, refused})
+	for len(c.snaps) > 1 && now.Sub(c.snaps[1].at) >= time.Minute {
+		c.snaps = c.snaps[1:]
+	}
+}
+
+// lastMinute returns the counts all and refused (now) less those of the
+// newest sample at least a minute old, or of none (since the start)
+// when the worker is younger.
+func (c *callCounts) lastMinute(all, refused map[string]float64) (map[string]float64, map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.snaps) == 0 || time.Since(c.snaps[0].at) < time.Minute {
+		return all, refused
+	}
+	old := c.snaps[0]
+	for name := range all {
+		all[name] -= old.all[name]
+		refused[name] -= old.refused[name]
+	}
+	return all, refused
+}
+
 // responsesByDownstream returns, per downstream, the responses this
 // process has seen since it started, and those with status 429, from its
-// own sluice_downstream_responses_total. Nothing counts them per minute:
-// rate() over /metrics does.
+// own sluice_downstream_responses_total.
 func (w *worker) responsesByDownstream() (all, refused map[string]float64) {
 	all, refused = map[string]float64{}, map[string]float64{}
 	mfs, err := w.reg.Gather()

@@ -318,3 +318,25 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	t.Logf("the browser part took %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestCallCountsLastMinute: the page's calls and 429s are the last
+// minute's: the counts now less those of the newest sample at least a
+// minute old; everything since the start while the worker is younger.
+func TestCallCountsLastMinute(t *testing.T) {
+	var c callCounts
+	m := func(n float64) map[string]float64 { return map[string]float64{"api": n} }
+	start := time.Now().Add(-90 * time.Second)
+	if all, _ := c.lastMinute(m(7), m(0)); all["api"] != 7 {
+		t.Fatalf("no sample yet: %v calls; want all 7", all["api"])
+	}
+	for i, n := range []float64{0, 10, 20, 30} { // at -90 s, -60 s, -30 s, 0 s
+		c.sample(start.Add(time.Duration(i)*30*time.Second), m(n), m(n/10))
+	}
+	all, refused := c.lastMinute(m(35), m(3.5))
+	if all["api"] != 25 || refused["api"] != 2.5 {
+		t.Fatalf("last minute: %v calls, %v refused; want 25 and 2.5 (since the sample of a minute ago)", all["api"], refused["api"])
+	}
+	if len(c.snaps) != 3 {
+		t.Fatalf("%d samples kept; want 3 (the one at -90 s is no longer needed)", len(c.snaps))
+	}
+}

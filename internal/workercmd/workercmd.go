@@ -154,6 +154,7 @@ type worker struct {
 	handlers *queue.ServeMux
 	// monitoring: asynqmon is served under /monitoring/.
 	monitoring bool
+	calls      callCounts // for the page
 	closers    []func() error
 }
 
@@ -283,6 +284,19 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
 		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
+	go func() {
+		tick := time.NewTicker(sampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				all, refused := w.responsesByDownstream()
+				w.calls.sample(now, all, refused)
+			}
+		}
+	}()
 	var err error
 	select {
 	case <-ctx.Done():
