@@ -1,57 +1,64 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/urlerr"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // ErrURLNotAllowed is wrapped by every error of DownstreamFor: the URL is
 // not one that the built-in HTTP job may call.
 var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 
-// parseBaseURL checks a downstream's base_url: an absolute http or https
-// URL with a host, and nothing that could make prefix matching ambiguous
-// (user info, a query, a fragment, dot segments, the paths pathTrick
-// refuses). The host is kept in
-// lower case.
-func parseBaseURL(s string) (*url.URL, error) {
+// parseURL parses s by the rules that a base_url and the URL of an HTTP
+// job share: an absolute http or https URL with a host, without user info,
+// with a valid port, and without a path that a server might resolve
+// elsewhere than it appears to point (dotSegments, pathTrick). Its errors
+// quote the URL's origin and path, never its query or user info, and
+// nothing of a URL that does not parse.
+func parseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("not a valid URL: %s", urlerr.Reason(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("not an absolute http or https URL such as https://api.example.com/v1/; got scheme %.32q", u.Scheme)
+	case u.Opaque != "" || u.Hostname() == "":
+		return nil, errors.New("the URL has no host, as api.example.com in https://api.example.com/v1/")
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("must be an http or https URL such as https://api.example.com/v1/, got scheme %q", u.Scheme)
+	show := shown(u)
+	_, portErr := portOf(u)
+	why := pathTrick(u)
+	switch {
+	case u.User != nil:
+		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", show)
+	case portErr != nil:
+		return nil, fmt.Errorf("%s: %w", show, portErr)
+	case dotSegments(u):
+		return nil, fmt.Errorf("%s has a . or .. path segment", show)
+	case why != "":
+		return nil, fmt.Errorf("%s has %s", show, why)
 	}
-	if u.Opaque != "" || u.Host == "" {
-		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
-	}
-	if u.User != nil {
-		return nil, errors.New("must not contain user info (user@ or user:password@); send credentials in headers")
-	}
-	if u.RawQuery != "" || u.ForceQuery {
-		return nil, errors.New("must not have a query (?...)")
-	}
-	if u.Fragment != "" || strings.Contains(s, "#") {
-		return nil, errors.New("must not have a fragment (#...)")
-	}
-	if u.Hostname() == "" {
-		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
-	}
-	if _, err := portOf(u); err != nil {
+	return u, nil
+}
+
+// parseBaseURL checks a downstream's base_url: parseURL's rules, and no
+// query or fragment. The host is kept in lower case.
+func parseBaseURL(s string) (*url.URL, error) {
+	u, err := parseURL(s)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if dotSegments(u) {
-		return nil, errors.New("must not contain . or .. path segments")
-	}
-	if why := pathTrick(u); why != "" {
-		return nil, errors.New("must not have " + why)
+	case u.RawQuery != "" || u.ForceQuery:
+		return nil, errors.New("must not have a query (?...)")
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return nil, errors.New("must not have a fragment (#...)")
 	}
 	u.Host = strings.ToLower(u.Host)
 	return u, nil
@@ -148,69 +155,40 @@ func pathTrick(u *url.URL) string {
 // a path that is the base_url's path or lies under it on a segment
 // boundary (https://a.com/api covers https://a.com/api and
 // https://a.com/api/x, not https://a.com/api2). When several base URLs
-// cover rawURL, the longest path wins.
+// cover rawURL, the longest path wins, and among equals the first name.
 //
-// It refuses, with an error wrapping ErrURLNotAllowed, a URL that is not
-// absolute http or https, that carries user info, whose decoded path has a
-// "." or ".." segment, whose path has a ";" or a "%25" that encodes a dot
-// or a slash (pathTrick), or that no downstream covers: the built-in HTTP job
-// uses it so that a job cannot make the workers call an arbitrary host.
-// Downstreams without a base_url cover nothing. Error messages show the
-// URL's origin and path, never its query or user info, and quote nothing
-// of a URL that does not parse.
+// It refuses, with an error wrapping ErrURLNotAllowed, a URL that breaks
+// the rules of a base_url but the query and fragment (parseURL), or that
+// no downstream covers: the built-in HTTP job uses it so that a job cannot
+// make the workers call an arbitrary host. Downstreams without a base_url
+// cover nothing.
 func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: not a valid URL: %s", ErrURLNotAllowed, urlerr.Reason(err))
+		return queue.Downstream{}, fmt.Errorf("%w: %w", ErrURLNotAllowed, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return queue.Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)
-	}
-	if u.Opaque != "" || u.Hostname() == "" {
-		return queue.Downstream{}, fmt.Errorf("%w: the URL has no host", ErrURLNotAllowed)
-	}
-	show := strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
-	if u.User != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: %s carries user info; send credentials in headers", ErrURLNotAllowed, show)
-	}
-	port, err := portOf(u)
-	if err != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: %s: %v", ErrURLNotAllowed, show, err)
-	}
-	if dotSegments(u) {
-		return queue.Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
-	}
-	if why := pathTrick(u); why != "" {
-		return queue.Downstream{}, fmt.Errorf("%w: %s has %s", ErrURLNotAllowed, show, why)
-	}
-	host := strings.ToLower(u.Hostname())
-	path := u.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	names := make([]string, 0, len(c.Downstreams))
-	for name := range c.Downstreams {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	origin, path := originOf(u), cmp.Or(u.EscapedPath(), "/")
 	best, bestLen := "", -1
-	for _, name := range names {
-		b := c.Downstreams[name].BaseURL
-		if b == nil || b.Scheme != u.Scheme || strings.ToLower(b.Hostname()) != host {
+	for name, d := range c.Downstreams {
+		if d.BaseURL == nil || originOf(d.BaseURL) != origin {
 			continue
 		}
-		if bp, err := portOf(b); err != nil || bp != port {
-			continue
-		}
-		bpath := basePath(b)
-		if (path == bpath || strings.HasPrefix(path, bpath+"/")) && len(bpath) > bestLen {
+		bpath := basePath(d.BaseURL)
+		covers := path == bpath || strings.HasPrefix(path, bpath+"/")
+		if covers && (len(bpath) > bestLen || len(bpath) == bestLen && name < best) {
 			best, bestLen = name, len(bpath)
 		}
 	}
 	if bestLen < 0 {
-		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, show)
+		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, shown(u))
 	}
 	return c.Downstreams[best], nil
+}
+
+// shown quotes u's scheme, host and path for an error message: never its
+// user info or query.
+func shown(u *url.URL) string {
+	return strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
 }
 
 func limitLen(s string, n int) string {
