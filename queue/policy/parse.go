@@ -34,8 +34,6 @@ const (
 	// and merge key expanded. A larger file gets two per byte: a file
 	// without aliases never needs that many.
 	nodeBudget = 1_000_000
-	// maxMergedKeys bounds the keys of a mapping that a merge key brings in.
-	maxMergedKeys = 1000
 )
 
 // file is a policy file as written.
@@ -366,8 +364,6 @@ func (p *parser) mergeSources(v *yaml.Node, path string) []*yaml.Node {
 		case src == nil:
 		case src.Kind != yaml.MappingNode:
 			p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
-		case len(src.Content)/2 > maxMergedKeys:
-			p.add(it, path, nil, "a merge key (<<) may bring in at most %d keys, got %d", maxMergedKeys, len(src.Content)/2)
 		default:
 			out = append(out, src)
 		}
