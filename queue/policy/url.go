@@ -19,7 +19,7 @@ var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 // parseURL parses s by the rules that a base_url and the URL of an HTTP
 // job share: an absolute http or https URL with a host, without user info,
 // with a valid port, and without a path that a server might resolve
-// elsewhere than it appears to point (dotSegments, pathTrick). Its errors
+// elsewhere than it appears to point (pathTrick). Its errors
 // quote the URL's origin and path, never its query or user info, and
 // nothing of a URL that does not parse.
 func parseURL(s string) (*url.URL, error) {
@@ -40,8 +40,6 @@ func parseURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", show)
 	case portErr != nil:
 		return nil, fmt.Errorf("%s: %w", show, portErr)
-	case dotSegments(u):
-		return nil, fmt.Errorf("%s has a . or .. path segment", show)
 	case why != "":
 		return nil, fmt.Errorf("%s has %s", show, why)
 	}
@@ -97,71 +95,43 @@ func basePath(u *url.URL) string {
 	return strings.TrimRight(u.EscapedPath(), "/")
 }
 
-// dotSegments reports whether u's path, fully decoded, has a "." or ".."
-// segment between slashes or backslashes: a path that a server might
-// resolve to somewhere other than where it appears to point.
-func dotSegments(u *url.URL) bool {
-	p, err := url.PathUnescape(u.EscapedPath())
-	if err != nil {
-		return true
-	}
-	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
-// maxUnescape is how many layers of percent-encoding pathTrick reads.
-const maxUnescape = 8
-
-// pathTrick says what in u's path a downstream might read differently from
-// the base_url check, or returns "" for a plain path: a ";" (a path
-// parameter to Tomcat and Spring, which read /api/..;/x as /x), raw or
-// encoded, or a "%25" that encodes a dot, a slash or a backslash (a
-// server that decodes twice reads /api/%252e%252e/x as /x). Layers of
-// "%25" are read until none is left, so deeper nesting is caught too.
-// (Single-encoded dots and slashes are decoded by dotSegments.)
+// pathTrick says what in u's path a server might resolve elsewhere than
+// it appears to point, or returns "": once decoded, a "." or ".." segment
+// between slashes or backslashes; at any depth of percent-encoding, a ";"
+// or a "%25" that encodes a dot, a slash or a backslash (docs/policy.md).
 func pathTrick(u *url.URL) string {
 	p, err := url.PathUnescape(u.EscapedPath())
 	if err != nil {
 		return "an invalid escape in its path"
 	}
-	for range maxUnescape {
+	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return "a . or .. path segment"
+		}
+	}
+	for range 8 {
 		if strings.Contains(p, ";") {
 			return "a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)"
 		}
-		if !strings.Contains(p, "%") {
-			return ""
-		}
-		lower := strings.ToLower(p)
-		for _, enc := range []string{"%2e", "%2f", "%5c"} {
-			if strings.Contains(lower, enc) {
-				return "a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)"
-			}
+		if l := strings.ToLower(p); strings.Contains(l, "%2e") || strings.Contains(l, "%2f") || strings.Contains(l, "%5c") {
+			return "a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)"
 		}
 		next, err := url.PathUnescape(p)
 		if err != nil || next == p {
-			return "" // a literal "%" no server decodes to anything
+			return "" // no "%", or a literal "%" that no server decodes
 		}
 		p = next
 	}
 	return "percent-encoding nested too deep in its path"
 }
 
-// DownstreamFor returns the downstream whose base_url covers rawURL: the
-// same scheme, host and port (a missing port is the scheme's default), and
-// a path that is the base_url's path or lies under it on a segment
-// boundary (https://a.com/api covers https://a.com/api and
-// https://a.com/api/x, not https://a.com/api2). When several base URLs
-// cover rawURL, the longest path wins, and among equals the first name.
-//
-// It refuses, with an error wrapping ErrURLNotAllowed, a URL that breaks
-// the rules of a base_url but the query and fragment (parseURL), or that
-// no downstream covers: the built-in HTTP job uses it so that a job cannot
-// make the workers call an arbitrary host. Downstreams without a base_url
-// cover nothing.
+// DownstreamFor returns the downstream whose base_url covers rawURL, so
+// that a built-in HTTP job cannot make the workers call an arbitrary host:
+// the same origin, and a path at or under the base_url's on a segment
+// boundary; the longest such path wins, then the first name (docs/policy.md,
+// "URLs that HTTP jobs may call"). It refuses, with an error wrapping
+// ErrURLNotAllowed, a URL that parseURL refuses or that no downstream
+// covers. Downstreams without a base_url cover nothing.
 func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
