@@ -129,24 +129,20 @@ func Parse(data []byte) (*Config, error) {
 // be read gives an *Error that wraps the *fs.PathError.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
-	if err != nil {
-		return nil, readError(path, err)
+	var data []byte
+	if err == nil {
+		defer f.Close()
+		data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, readError(path, err)
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Op + ": " + pe.Err.Error()
+		}
+		return nil, ErrorList{{File: path, Msg: msg, Err: err}}
 	}
 	return parse(data, path)
-}
-
-func readError(path string, err error) error {
-	msg := err.Error()
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		msg = pe.Op + ": " + pe.Err.Error()
-	}
-	return ErrorList{{File: path, Msg: msg, Err: err}}
 }
 
 func parse(data []byte, file string) (*Config, error) {
