@@ -194,7 +194,7 @@ func (p *parser) visit(n *yaml.Node, path string) bool {
 // expanded, and only the keys that v has are taken, each once. It returns
 // false when n cannot be used, the problem reported.
 func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
-	if !p.visit(n, path) {
+	if n = p.deref(n, path, "an alias names a mapping or list that contains it"); n == nil || !p.visit(n, path) {
 		return false
 	}
 	t := v.Type()
@@ -250,21 +250,18 @@ func (p *parser) list(n *yaml.Node, v reflect.Value, path string) bool {
 	}
 	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
 	for i, it := range n.Content {
-		field, before := fmt.Sprintf("%s[%d]", path, i), len(p.errs)
-		item := p.deref(it, field, "an alias names a mapping or list that contains it")
-		ok := item != nil
-		if ok && item.Kind != yaml.MappingNode {
-			p.add(item, field, nil, "must be a mapping of keys to values, got %s", describe(item))
-			ok = false
-		} else if ok {
-			ok = p.walk(item, v.Index(i), field)
+		field, before, ok := fmt.Sprintf("%s[%d]", path, i), len(p.errs), false
+		if it.ShortTag() == "!!null" { // walk takes null for a mapping without keys
+			p.add(it, field, nil, "must be a mapping of keys to values, got null")
+		} else {
+			ok = p.walk(it, v.Index(i), field)
 		}
 		p.keys[field] = place{key: it, val: it, bad: !ok, flawed: len(p.errs) > before}
 	}
 	return true
 }
 
-// pair is one key of a mapping, with its value, aliases followed.
+// pair is one key of a mapping, with its value.
 type pair struct {
 	name     string
 	key, val *yaml.Node
@@ -296,12 +293,6 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 			continue
 		}
 		lines[name] = k.Line
-		if v.Kind == yaml.AliasNode { // the path is made only when needed: most values are not aliases
-			if v = p.deref(v, join(path, name), "an alias names a mapping or list that contains it"); v == nil {
-				p.keys[join(path, name)] = place{key: k, val: k, bad: true}
-				continue
-			}
-		}
 		out = append(out, pair{name, k, v})
 	}
 	for _, m := range merges {
