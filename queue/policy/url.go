@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -33,13 +34,12 @@ func parseURL(s string) (*url.URL, error) {
 		return nil, errors.New("the URL has no host, as api.example.com in https://api.example.com/v1/")
 	}
 	show := shown(u)
-	_, portErr := portOf(u)
 	why := pathTrick(u)
 	switch {
 	case u.User != nil:
 		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", show)
-	case portErr != nil:
-		return nil, fmt.Errorf("%s: %w", show, portErr)
+	case originOf(u) == "":
+		return nil, fmt.Errorf("%s: port %q must be between 1 and 65535", show, u.Port())
 	case why != "":
 		return nil, fmt.Errorf("%s has %s", show, why)
 	}
@@ -62,31 +62,15 @@ func parseBaseURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// portOf returns u's port, or the scheme's default port when u has none.
-func portOf(u *url.URL) (int, error) {
-	p := u.Port()
-	if p == "" {
-		if u.Scheme == "https" {
-			return 443, nil
-		}
-		return 80, nil
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, fmt.Errorf("port %q must be between 1 and 65535", p)
-	}
-	return n, nil
-}
-
-// originOf returns scheme://host:port, lower case, with the port always
-// written.
+// originOf returns scheme://host:port in lower case, with the port always
+// written (a missing one is the scheme's default), or "" for a port out of
+// range.
 func originOf(u *url.URL) string {
-	port, _ := portOf(u)
-	host := strings.ToLower(u.Hostname())
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
+	port, err := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
+	if err != nil || port < 1 || port > 65535 {
+		return ""
 	}
-	return u.Scheme + "://" + host + ":" + strconv.Itoa(port)
+	return strings.ToLower(u.Scheme + "://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port)))
 }
 
 // basePath returns the escaped path of a base URL without trailing
