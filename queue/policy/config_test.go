@@ -145,8 +145,8 @@ func TestSizes(t *testing.T) {
 }
 
 func TestTenantIDs(t *testing.T) {
-	long := strings.Repeat("x", MaxTenantIDLen)
-	colons := strings.Repeat("a:", MaxTenantIDLen/2) // needs quotes, and then the explicit key form
+	long := strings.Repeat("x", queue.MaxTenantLen)
+	colons := strings.Repeat("a:", queue.MaxTenantLen/2) // needs quotes, and then the explicit key form
 	cfg := mustParse(t, doc(
 		"queue: {bound: 1}",
 		"tenants:",
@@ -641,17 +641,13 @@ func TestDocsExample(t *testing.T) {
 
 }
 
-// TestAgreesWithQueue checks that the limits shared with package queue
-// have not drifted apart.
+// TestAgreesWithQueue checks that the defaults shared with packages queue
+// and throttle are theirs.
 func TestAgreesWithQueue(t *testing.T) {
-	if MaxTenantIDLen != queue.MaxTenantLen {
-		t.Errorf("MaxTenantIDLen = %d, queue.MaxTenantLen = %d", MaxTenantIDLen, queue.MaxTenantLen)
-	}
-	if DefaultMaxPayload != queue.DefaultMaxPayload {
-		t.Errorf("DefaultMaxPayload = %d, queue.DefaultMaxPayload = %d", DefaultMaxPayload, queue.DefaultMaxPayload)
-	}
-	if DefaultMaxWait != throttle.DefaultMaxWait || DefaultLease != throttle.DefaultLease {
-		t.Errorf("defaults differ from package throttle's")
+	cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  s: {rate: 1, concurrency: 2}"))
+	d := cfg.Downstreams["s"]
+	if cfg.Queue.MaxPayload != queue.DefaultMaxPayload || d.Limit.MaxWait != throttle.DefaultMaxWait || d.Concurrency.Lease != throttle.DefaultLease {
+		t.Errorf("max payload %d, max wait %v, lease %v: not the defaults of packages queue and throttle", cfg.Queue.MaxPayload, d.Limit.MaxWait, d.Concurrency.Lease)
 	}
 }
 

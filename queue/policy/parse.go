@@ -527,7 +527,7 @@ func distance(a, b string) int {
 // (and cut short).
 func join(field, key string) string {
 	switch {
-	case !names.Valid(key, MaxNameLen, "") || strings.Contains(key, "."):
+	case !names.Valid(key, names.MaxLen, "") || strings.Contains(key, "."):
 		return field + "[" + strconv.Quote(limitLen(key, 48)) + "]"
 	case field == "":
 		return key

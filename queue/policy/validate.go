@@ -77,8 +77,8 @@ func (p *parser) config(f *file) *Config {
 	bases := map[string]string{} // normalised base URL -> the downstream that has it
 	for _, ent := range f.Downstreams {
 		path := join("downstreams", ent.name)
-		if !names.Valid(ent.name, MaxNameLen, "") {
-			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
+		if !names.Valid(ent.name, names.MaxLen, "") {
+			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", names.MaxLen)
 			continue
 		}
 		d, ok := p.downstream(&ent.val, ent.name, path)
@@ -101,8 +101,8 @@ func (p *parser) config(f *file) *Config {
 		switch {
 		case ent.name == "":
 			p.add(p.keys[path].key, path, nil, "a tenant id must not be empty")
-		case len(ent.name) > MaxTenantIDLen:
-			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", MaxTenantIDLen, len(ent.name))
+		case len(ent.name) > queue.MaxTenantLen:
+			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", queue.MaxTenantLen, len(ent.name))
 		default:
 			if t, ok := p.tenant(&ent.val, ent.name, path); ok {
 				cfg.Tenants[ent.name] = t
@@ -113,7 +113,7 @@ func (p *parser) config(f *file) *Config {
 }
 
 func (p *parser) queue(qf *queueFile) Queue {
-	q := Queue{Name: DefaultQueueName, Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
+	q := Queue{Name: "default", Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: 64, MaxPayload: queue.DefaultMaxPayload}
 	switch key, ok := p.keys["queue"]; {
 	case !ok:
 		p.add(p.keys[""].key, "queue.bound", nil, "required; the file has no queue section")
@@ -123,22 +123,22 @@ func (p *parser) queue(qf *queueFile) Queue {
 	case !p.has("queue.bound"):
 		p.add(key.key, "queue.bound", nil, "required: the most jobs waiting, at least 1")
 	}
-	if n := p.value("queue.name"); n != nil && names.Valid(qf.Name, MaxNameLen, "") {
+	if n := p.value("queue.name"); n != nil && names.Valid(qf.Name, names.MaxLen, "") {
 		q.Name = qf.Name
 	} else if n != nil {
-		p.add(n, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, describe(n))
+		p.add(n, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", names.MaxLen, describe(n))
 	}
 	boundOK := inRange(p, "queue.bound", qf.Bound, 1, MaxBound)
 	if inRange(p, "queue.tenant_bound", qf.TenantBound, 0, MaxBound) && boundOK && qf.TenantBound > qf.Bound {
 		p.add(p.value("queue.tenant_bound"), "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", qf.Bound, qf.TenantBound)
 	}
-	if inRange(p, "queue.prefetch", qf.Prefetch, 1, MaxPrefetch) {
+	if inRange(p, "queue.prefetch", qf.Prefetch, 1, 1_000_000) {
 		q.Prefetch = int(qf.Prefetch)
 	}
-	if inRange(p, "queue.max_payload", qf.MaxPayload, 1, MaxPayloadLimit) {
+	if inRange(p, "queue.max_payload", qf.MaxPayload, 1, 64<<20) {
 		q.MaxPayload = int64(qf.MaxPayload)
 	}
-	if inRange(p, "queue.retention", qf.Retention, MinRetention, MaxRetention) {
+	if inRange(p, "queue.retention", qf.Retention, 0, 30*24*time.Hour) {
 		q.Retention = qf.Retention
 	}
 	return q
@@ -149,8 +149,8 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 		return queue.Downstream{}, false
 	}
 	before := len(p.errs)
-	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: DefaultTimeout, PerTenant: df.PerTenant}
-	d.Limit.Name, d.Limit.MaxWait = name, DefaultMaxWait
+	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: 30 * time.Second, PerTenant: df.PerTenant}
+	d.Limit.Name, d.Limit.MaxWait = name, throttle.DefaultMaxWait
 	if n := p.value(path + ".base_url"); n != nil {
 		u, err := parseBaseURL(df.BaseURL)
 		if err != nil {
@@ -182,8 +182,8 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 			d.Limit.MaxWait = -1 // only a slot due now
 		}
 	}
-	inRange(p, path+".concurrency", df.Concurrency, 0, MaxConcurrency)
-	lease := DefaultLease
+	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
+	lease := throttle.DefaultLease
 	if inRange(p, path+".lease", df.Lease, time.Millisecond, MaxDuration) {
 		lease = df.Lease
 	}
@@ -207,7 +207,7 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 // as the throttle will: as a GCRA policy, which may find them too
 // fine-grained to count exactly.
 func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) throttle.Limit {
-	l, before := throttle.Limit{Rate: rate, Per: DefaultPer, Burst: DefaultBurst}, len(p.errs)
+	l, before := throttle.Limit{Rate: rate, Per: time.Second, Burst: 1}, len(p.errs)
 	if !p.has(path + ".rate") {
 		p.add(p.keys[path].key, path+".rate", nil, "required: the units allowed per `per`, at least 1")
 	}
@@ -295,12 +295,12 @@ func expandEnv(s string) (string, error) {
 }
 
 func (p *parser) tenant(tf *tenantFile, id, path string) (Tenant, bool) {
-	t := Tenant{ID: id, Weight: DefaultWeight}
+	t := Tenant{ID: id, Weight: 1}
 	before := len(p.errs)
 	if p.keys[path].bad {
 		return t, false
 	}
-	if inRange(p, path+".weight", tf.Weight, 1, MaxWeight) {
+	if inRange(p, path+".weight", tf.Weight, 1, 100) {
 		t.Weight = int(tf.Weight)
 	}
 	if n := p.value(path + ".class"); n != nil && names.Valid(tf.Class, 32, "") {
