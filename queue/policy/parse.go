@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -224,11 +225,8 @@ func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
 			fv = ents.add(pr.name) // an entry's name is checked even when its value cannot be used
 		case i >= 0:
 			fv = v.Field(i)
-		case suggest(pr.name, known) != "":
-			p.add(pr.key, field, nil, "unknown field; did you mean %q?", suggest(pr.name, known))
-			continue
 		default:
-			p.add(pr.key, field, nil, "unknown field; expected one of %s", strings.Join(known, ", "))
+			p.add(pr.key, field, nil, "unknown field; %s", suggest(pr.name, known))
 			continue
 		}
 		before := len(p.errs)
@@ -268,8 +266,8 @@ type pair struct {
 }
 
 // pairs returns the keys of the mapping n with their values: its own, then
-// those that its merge keys (<<) bring in and it does not have, the first
-// merged winning. A key given twice is reported, in the words of in for a
+// those that its merge keys (<<) bring in (a mapping or a list of them) and
+// it does not have, the first merged winning. A key given twice is reported, in the words of in for a
 // mapping that a merge key brings in.
 func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 	var out []pair
@@ -295,40 +293,29 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 		lines[name] = k.Line
 		out = append(out, pair{name, k, v})
 	}
-	for _, m := range merges {
-		for _, src := range p.mergeSources(m, path) {
-			p.open[src] = true
-			for _, pr := range p.pairs(src, path, " in a merged mapping") {
-				if _, seen := lines[pr.name]; !seen {
-					lines[pr.name] = pr.key.Line
-					out = append(out, pr)
-				}
-			}
-			delete(p.open, src)
-		}
-	}
-	return out
-}
-
-// mergeSources returns the mappings that the value of a merge key names:
-// one mapping, or a list of them.
-func (p *parser) mergeSources(v *yaml.Node, path string) []*yaml.Node {
 	const loop = "a merge key (<<) merges a mapping into itself"
-	items, where := []*yaml.Node{v}, ""
-	if d := p.deref(v, path, loop); d == nil {
-		return nil
-	} else if d.Kind == yaml.SequenceNode {
-		items, where = d.Content, " in the list"
-	}
-	var out []*yaml.Node
-	for _, it := range items {
-		src := p.deref(it, path, loop)
-		switch {
-		case src == nil:
-		case src.Kind != yaml.MappingNode:
-			p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
-		default:
-			out = append(out, src)
+	for _, m := range merges {
+		items, where := []*yaml.Node{m}, ""
+		if d := p.deref(m, path, loop); d == nil {
+			continue
+		} else if d.Kind == yaml.SequenceNode {
+			items, where = d.Content, " in the list"
+		}
+		for _, it := range items {
+			switch src := p.deref(it, path, loop); {
+			case src == nil:
+			case src.Kind != yaml.MappingNode:
+				p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
+			default:
+				p.open[src] = true
+				for _, pr := range p.pairs(src, path, " in a merged mapping") {
+					if _, seen := lines[pr.name]; !seen {
+						lines[pr.name] = pr.key.Line
+						out = append(out, pr)
+					}
+				}
+				delete(p.open, src)
+			}
 		}
 	}
 	return out
@@ -349,10 +336,7 @@ func (p *parser) deref(n *yaml.Node, path, msg string) *yaml.Node {
 
 // keyName returns the text of a mapping key.
 func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
-	v := k
-	if k.Kind == yaml.AliasNode && k.Alias != nil {
-		v = k.Alias
-	}
+	v := cmp.Or(k.Alias, k) // Alias is nil but in an alias
 	switch {
 	case v.Kind != yaml.ScalarNode:
 		p.add(k, path, nil, "keys must be plain values, got %s", describe(v))
@@ -440,11 +424,7 @@ func readSize(n *yaml.Node) (int64, error) {
 }
 
 func standardTag(v *yaml.Node) bool {
-	switch v.ShortTag() {
-	case "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"}, v.ShortTag())
 }
 
 var decimal = regexp.MustCompile(`^[-+]?[0-9]+(_[0-9]+)*$`)
@@ -488,18 +468,19 @@ func describe(v *yaml.Node) string {
 	return strconv.Quote(s) + " (" + v.ShortTag() + ")"
 }
 
-// suggest returns the field of want closest to name, if it is close.
+// suggest names the field of want that name may be: the closest, if it is
+// close, or else all of them.
 func suggest(name string, want []string) string {
-	if len(name) > 64 {
-		return ""
-	}
 	best, bestD := "", 3
-	for _, w := range want {
-		if d := distance(strings.ToLower(name), w); d < bestD {
-			best, bestD = w, d
+	for i := 0; len(name) <= 64 && i < len(want); i++ {
+		if d := distance(strings.ToLower(name), want[i]); d < bestD {
+			best, bestD = want[i], d
 		}
 	}
-	return best
+	if best == "" {
+		return "expected one of " + strings.Join(want, ", ")
+	}
+	return fmt.Sprintf("did you mean %q?", best)
 }
 
 // distance is the Levenshtein distance between a and b, in bytes.
