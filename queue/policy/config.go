@@ -137,10 +137,7 @@ func (c *Config) QueueConfig() queue.Config {
 		MaxPayload:  int(c.Queue.MaxPayload),
 		Check:       c.CheckJob,
 		Tenants: func(id string) queue.TenantPolicy {
-			t, ok := c.TenantPolicy(id)
-			if !ok {
-				return queue.TenantPolicy{}
-			}
+			t, _ := c.TenantPolicy(id) // the zero Tenant, for none: queue's defaults
 			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
 		},
 	}

@@ -352,11 +352,8 @@ func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
 
 var sizePattern = regexp.MustCompile(`^([0-9][0-9_]*) ?(B|KiB|MiB)?$`)
 
-// scalar checks a single value and fills v with it. A string is taken as
-// written, whatever YAML reads it as; a bool is true or false, not yes or
-// on; an int64 is a whole number in decimal digits (not octal, hex or a
-// float); a time.Duration is a Go duration with a unit, not negative; a
-// byteSize is a whole number with an optional B, KiB or MiB suffix.
+// scalar checks a single value as docs/policy.md ("Values") says, and
+// fills v with it. A string is taken as written, whatever YAML reads it as.
 func (p *parser) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 	tag, t, x, err := n.ShortTag(), v.Type(), int64(0), error(nil)
 	switch {

@@ -18,11 +18,8 @@ import (
 var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 
 // parseURL parses s by the rules that a base_url and the URL of an HTTP
-// job share: an absolute http or https URL with a host, without user info,
-// with a valid port, and without a path that a server might resolve
-// elsewhere than it appears to point (pathTrick). Its errors
-// quote the URL's origin and path, never its query or user info, and
-// nothing of a URL that does not parse.
+// job share (docs/policy.md). Its errors quote the URL's origin and path,
+// never its query or user info, and nothing of a URL that does not parse.
 func parseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	switch {
@@ -33,15 +30,13 @@ func parseURL(s string) (*url.URL, error) {
 	case u.Opaque != "" || u.Hostname() == "":
 		return nil, errors.New("the URL has no host, as api.example.com in https://api.example.com/v1/")
 	}
-	show := shown(u)
-	why := pathTrick(u)
-	switch {
+	switch why := pathTrick(u); {
 	case u.User != nil:
-		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", show)
+		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", shown(u))
 	case originOf(u) == "":
-		return nil, fmt.Errorf("%s: port %q must be between 1 and 65535", show, u.Port())
+		return nil, fmt.Errorf("%s: port %q must be between 1 and 65535", shown(u), u.Port())
 	case why != "":
-		return nil, fmt.Errorf("%s has %s", show, why)
+		return nil, fmt.Errorf("%s has %s", shown(u), why)
 	}
 	return u, nil
 }

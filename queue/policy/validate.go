@@ -204,8 +204,7 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 
 // pace checks the rate, per and burst of a downstream or of one of its
 // also rates, at path, each defaulted when absent, and all three together
-// as the throttle will: as a GCRA policy, which may find them too
-// fine-grained to count exactly.
+// as a GCRA policy, as the throttle will use them.
 func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) throttle.Limit {
 	l, before := throttle.Limit{Rate: rate, Per: time.Second, Burst: 1}, len(p.errs)
 	if !p.has(path + ".rate") {
@@ -228,11 +227,9 @@ func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) t
 	return l
 }
 
-// headers checks a downstream's headers: names that are HTTP tokens, given
-// once whatever their case, and values, once each ${VAR} in them is
-// replaced by the environment variable's value, without control
-// characters but tab. Messages name the header and the variable, never a
-// value. The names are returned canonical (http.CanonicalHeaderKey).
+// headers checks a downstream's headers (docs/policy.md, "Credentials") and
+// returns them with canonical names and each ${VAR} expanded. Messages name
+// the header and the variable, never a value.
 func (p *parser) headers(e entries[string], path string) map[string]string {
 	out := make(map[string]string, len(e))
 	seen := map[string]string{} // canonical name -> the name as written
