@@ -123,10 +123,9 @@ type place struct {
 // parser reads one file, collecting its problems.
 type parser struct {
 	budget, visits int
-	over           *Error                    // where the budget ran out
-	open           map[*yaml.Node]bool       // the mappings being walked
-	keys           map[string]place          // by field path; "" for the document
-	fields         map[reflect.Type][]string // the yaml names of a struct's fields
+	over           *Error              // where the budget ran out
+	open           map[*yaml.Node]bool // the mappings being walked
+	keys           map[string]place    // by field path; "" for the document
 	errs           ErrorList
 }
 
@@ -139,7 +138,7 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // decode reads data, one YAML document, into a Config. The pass visits
 // at most budget keys and values; decode returns how many it visited.
 func decode(data []byte, budget int) (*Config, ErrorList, int) {
-	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}, fields: map[reflect.Type][]string{}}
+	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}}
 	var doc, next yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
