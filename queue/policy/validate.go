@@ -114,8 +114,8 @@ func (p *parser) config(f *file) *Config {
 
 // queue checks the queue section. A value that a check refuses may be in
 // what it returns, as from downstream, pace and tenant: a problem found
-// makes Parse return no Config. Each value that a check accepts is not
-// zero, so that cmp.Or tells it from a value the file leaves out.
+// makes Parse return no Config. Where a default is not zero, the checks
+// refuse zero, so cmp.Or tells a value given from one left out.
 func (p *parser) queue(qf *queueFile) Queue {
 	switch key, ok := p.keys["queue"]; {
 	case !ok:
