@@ -16,37 +16,25 @@ var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
 
 // CheckJob refuses a job that the workers of this policy could never run,
 // so that the producer says so at enqueue instead of a worker archiving
-// the job later (queue.Config.Check; QueueConfig sets it):
-//
-//   - a downstream the file does not name;
-//   - a cost above its downstream's burst, or above the burst of one of
-//     its also rates that counts the cost, which no slot can ever hold;
-//   - a built-in HTTP job without a url, or whose url no downstream's
-//     base_url covers, or that belongs to another downstream than the one
-//     it names;
-//   - a built-in HTTP job that net/http could never send: a method other
-//     than GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS, a header name
-//     that is not a token, a header value with CR, LF, NUL or another
-//     control character but tab (downstream.CheckRequest). The error
-//     names neither the header nor its value.
-//
-// The tenant's own capacity is checked by the producer itself.
+// the job later (queue.Config.Check; QueueConfig sets it): one naming a
+// downstream the file does not have, or whose cost is above the burst of
+// its downstream or of an also rate that counts the cost; a built-in HTTP
+// job whose request httpjob.ParseRequest refuses or whose url ResolveHTTP
+// refuses. The tenant's own capacity is checked by the producer itself.
 func (c *Config) CheckJob(job *queue.Job) error {
-	if job.Type == httpjob.Type {
-		req, err := httpjob.ParseRequest(job.Payload)
-		if err != nil {
-			return fmt.Errorf("%s job: %w", httpjob.Type, err)
-		}
-		if _, err := c.ResolveHTTP(job, req.URL); err != nil {
-			return err
-		}
-	}
-	if job.Downstream == "" {
+	if job.Type != httpjob.Type && job.Downstream == "" {
 		return nil
 	}
-	d, ok := c.Downstreams[job.Downstream]
-	if !ok {
-		return fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
+	d, err := c.named(job.Downstream)
+	if job.Type == httpjob.Type {
+		req, perr := httpjob.ParseRequest(job.Payload)
+		if perr != nil {
+			return fmt.Errorf("%s job: %w", httpjob.Type, perr)
+		}
+		d, err = c.ResolveHTTP(job, req.URL)
+	}
+	if err != nil {
+		return err
 	}
 	cost := max(job.Cost, 1)
 	if burst := max(d.Limit.Burst, 1); cost > burst {
@@ -62,6 +50,14 @@ func (c *Config) CheckJob(job *queue.Job) error {
 	return nil
 }
 
+// named returns the downstream called name.
+func (c *Config) named(name string) (queue.Downstream, error) {
+	if d, ok := c.Downstreams[name]; ok {
+		return d, nil
+	}
+	return queue.Downstream{}, fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, name)
+}
+
 // ResolveHTTP returns the downstream of a built-in HTTP job that calls
 // rawURL: the downstream the job names, which must be the one whose
 // base_url covers rawURL (DownstreamFor).
@@ -69,9 +65,9 @@ func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (queue.Downstream, e
 	if job.Downstream == "" {
 		return queue.Downstream{}, fmt.Errorf("a %s job must name its downstream", httpjob.Type)
 	}
-	d, ok := c.Downstreams[job.Downstream]
-	if !ok {
-		return queue.Downstream{}, fmt.Errorf("%w %.64q: the policy file has no such downstream", ErrUnknownDownstream, job.Downstream)
+	d, err := c.named(job.Downstream)
+	if err != nil {
+		return queue.Downstream{}, err
 	}
 	got, err := c.DownstreamFor(rawURL)
 	if err != nil {

@@ -9,64 +9,22 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/queue"
 )
 
-// Defaults applied to fields that a policy file leaves out.
-const (
-	// DefaultQueueName is queue.name's default.
-	DefaultQueueName = "default"
-	// DefaultPrefetch is queue.prefetch's default.
-	DefaultPrefetch = 64
-	// DefaultMaxPayload is queue.max_payload's default: 1 MiB.
-	DefaultMaxPayload = 1 << 20
-	// DefaultRetention is queue.retention's default: completed jobs are
-	// not kept, as asynq's own default.
-	DefaultRetention = 0
-	// DefaultPer is a downstream's default per.
-	DefaultPer = time.Second
-	// DefaultBurst is a downstream's default burst: calls evenly spaced.
-	DefaultBurst = 1
-	// DefaultMaxWait is a downstream's default max_wait.
-	DefaultMaxWait = 10 * time.Second
-	// DefaultLease is a downstream's default lease.
-	DefaultLease = 30 * time.Second
-	// DefaultTimeout is a downstream's default timeout.
-	DefaultTimeout = 30 * time.Second
-	// DefaultWeight is a tenant's default weight.
-	DefaultWeight = 1
-	// DefaultTenant is the tenants key that applies to tenants not listed.
-	DefaultTenant = "default"
-)
+// DefaultTenant is the tenants key that applies to tenants not listed.
+const DefaultTenant = "default"
 
-// Limits on the values of a policy file. Values beyond them are errors:
-// they are typos (an extra zero), not configurations.
+// Limits on the values of a policy file that more than one check uses (the
+// others, and the defaults, are in docs/policy.md). Values beyond them are
+// errors: they are typos (an extra zero), not configurations.
 const (
 	// MaxFileSize is the largest policy file accepted, in bytes.
 	MaxFileSize = 16 << 20
-	// MaxNameLen is the longest queue or downstream name, in bytes.
-	MaxNameLen = names.MaxLen
-	// MaxTenantIDLen is the longest tenant id, in bytes; the same as
-	// queue.MaxTenantLen.
-	MaxTenantIDLen = 1024
 	// MaxBound is the largest queue.bound and queue.tenant_bound.
 	MaxBound = int64(1) << 40
-	// MaxPrefetch is the largest queue.prefetch.
-	MaxPrefetch = 1_000_000
-	// MaxPayloadLimit is the largest queue.max_payload: 64 MiB.
-	MaxPayloadLimit = 64 << 20
-	// MinRetention is the shortest queue.retention: 0, completed jobs
-	// deleted at once (asynq's default).
-	MinRetention = 0
-	// MaxRetention is the longest queue.retention: 30 days.
-	MaxRetention = 30 * 24 * time.Hour
-	// MaxConcurrency is the largest downstream concurrency.
-	MaxConcurrency = 1_000_000
 	// MaxDuration bounds max_wait, lease and timeout.
 	MaxDuration = 24 * time.Hour
-	// MaxWeight is the largest tenant weight.
-	MaxWeight = 100
 )
 
 // Config is a parsed and validated policy file. Every default is filled
@@ -109,7 +67,7 @@ type Tenant struct {
 	// algorithms.Policy.Validate; nil when the entry has none (every job
 	// is admitted).
 	Policy *algorithms.Policy
-	// Weight is the tenant's share of the fair drain, 1 to MaxWeight.
+	// Weight is the tenant's share of the fair drain, 1 to 100.
 	Weight int
 	// Class labels the tenant's metrics (backlog, wait, throttled time):
 	// tenants are never metric labels themselves, their number being
@@ -129,24 +87,20 @@ func Parse(data []byte) (*Config, error) {
 // be read gives an *Error that wraps the *fs.PathError.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
-	if err != nil {
-		return nil, readError(path, err)
+	var data []byte
+	if err == nil {
+		defer f.Close()
+		data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, readError(path, err)
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Op + ": " + pe.Err.Error()
+		}
+		return nil, ErrorList{{File: path, Msg: msg, Err: err}}
 	}
 	return parse(data, path)
-}
-
-func readError(path string, err error) error {
-	msg := err.Error()
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		msg = pe.Op + ": " + pe.Err.Error()
-	}
-	return ErrorList{{File: path, Msg: msg, Err: err}}
 }
 
 func parse(data []byte, file string) (*Config, error) {
@@ -162,7 +116,7 @@ func parse(data []byte, file string) (*Config, error) {
 
 // TenantPolicy returns the entry for tenant id, or else the DefaultTenant
 // entry (whose ID is DefaultTenant), or else false: the tenant has no
-// entry, so no admission policy and DefaultWeight.
+// entry, so no admission policy and weight 1.
 func (c *Config) TenantPolicy(id string) (Tenant, bool) {
 	if t, ok := c.Tenants[id]; ok {
 		return t, true
@@ -183,10 +137,7 @@ func (c *Config) QueueConfig() queue.Config {
 		MaxPayload:  int(c.Queue.MaxPayload),
 		Check:       c.CheckJob,
 		Tenants: func(id string) queue.TenantPolicy {
-			t, ok := c.TenantPolicy(id)
-			if !ok {
-				return queue.TenantPolicy{}
-			}
+			t, _ := c.TenantPolicy(id) // the zero Tenant, for none: queue's defaults
 			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}
 		},
 	}

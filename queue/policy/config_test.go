@@ -145,8 +145,8 @@ func TestSizes(t *testing.T) {
 }
 
 func TestTenantIDs(t *testing.T) {
-	long := strings.Repeat("x", MaxTenantIDLen)
-	colons := strings.Repeat("a:", MaxTenantIDLen/2) // needs quotes, and then the explicit key form
+	long := strings.Repeat("x", queue.MaxTenantLen)
+	colons := strings.Repeat("a:", queue.MaxTenantLen/2) // needs quotes, and then the explicit key form
 	cfg := mustParse(t, doc(
 		"queue: {bound: 1}",
 		"tenants:",
@@ -209,11 +209,11 @@ func TestMergeKeys(t *testing.T) {
 	}
 }
 
-// manyKeys returns n flow-mapping entries, k0: 1, k1: 1, ...
-func manyKeys(n int) string {
+// manyKeys returns n flow-mapping entries, k0: val, k1: val, ...
+func manyKeys(n int, val string) string {
 	keys := make([]string, n)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d: 1", i)
+		keys[i] = fmt.Sprintf("k%d: %s", i, val)
 	}
 	return strings.Join(keys, ", ")
 }
@@ -238,6 +238,12 @@ func TestMergeSections(t *testing.T) {
 	}
 	if c := cfg.Tenants["b"].Class; c != "gold" {
 		t.Errorf("tenant b: class %q, want gold (the first merge key's)", c)
+	}
+	// A merge key may bring in any number of keys: only the node budget
+	// bounds them.
+	cfg = mustParse(t, doc("queue: {bound: 3}", "tenants: {<<: {"+manyKeys(1001, "{weight: 2}")+"}}"))
+	if len(cfg.Tenants) != 1001 || cfg.Tenants["k1000"].Weight != 2 {
+		t.Errorf("a merge of 1001 tenants gave %d", len(cfg.Tenants))
 	}
 }
 
@@ -344,17 +350,17 @@ func TestErrors(t *testing.T) {
 		{"downstream not mapping", doc(q, "downstreams:", "  s: 5"), []string{"line 3:6: downstreams.s: must be a mapping of keys to values, got the number 5"}},
 		{"downstreams list", doc(q, "downstreams:", "  - s"), []string{"line 3:3: downstreams: must be a mapping of keys to values, got a list"}},
 
-		{"base_url scheme", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: ftp://a.com/"), []string{"line 5:15: downstreams.s.base_url: must be an http or https URL such as https://api.example.com/v1/, got scheme \"ftp\""}},
-		{"base_url relative", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: /api"), []string{"line 5:15: downstreams.s.base_url: must be an http or https URL"}},
-		{"base_url no host", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https:///api"), []string{"line 5:15: downstreams.s.base_url: must have a host"}},
-		{"base_url opaque", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https:a.com/api"), []string{"line 5:15: downstreams.s.base_url: must have a host"}},
-		{"base_url userinfo", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://user:pw@a.com/"), []string{"line 5:15: downstreams.s.base_url: must not contain user info"}},
+		{"base_url scheme", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: ftp://a.com/"), []string{"line 5:15: downstreams.s.base_url: not an absolute http or https URL such as https://api.example.com/v1/; got scheme \"ftp\""}},
+		{"base_url relative", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: /api"), []string{"line 5:15: downstreams.s.base_url: not an absolute http or https URL such as https://api.example.com/v1/; got scheme \"\""}},
+		{"base_url no host", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https:///api"), []string{"line 5:15: downstreams.s.base_url: the URL has no host, as api.example.com in https://api.example.com/v1/"}},
+		{"base_url opaque", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https:a.com/api"), []string{"line 5:15: downstreams.s.base_url: the URL has no host"}},
+		{"base_url userinfo", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://user:pw@a.com/"), []string{"line 5:15: downstreams.s.base_url: \"https://a.com/\" carries user info (user@ or user:password@); send credentials in headers"}},
 		{"base_url query", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/?x=1"), []string{"line 5:15: downstreams.s.base_url: must not have a query"}},
 		{"base_url fragment", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a.com/#x\""), []string{"line 5:15: downstreams.s.base_url: must not have a fragment"}},
-		{"base_url dots", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/../admin"), []string{"line 5:15: downstreams.s.base_url: must not contain . or .. path segments"}},
-		{"base_url path parameter", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api;v=1"), []string{"line 5:15: downstreams.s.base_url: must not have a ; in its path"}},
-		{"base_url double-encoded dot", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/%252e%252e/admin"), []string{"line 5:15: downstreams.s.base_url: must not have a %25 that encodes a dot or a slash in its path"}},
-		{"base_url port", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com:99999/"), []string{"line 5:15: downstreams.s.base_url: port \"99999\" must be between 1 and 65535"}},
+		{"base_url dots", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/../admin"), []string{"line 5:15: downstreams.s.base_url: \"https://a.com/api/../admin\" has a . or .. path segment"}},
+		{"base_url path parameter", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api;v=1"), []string{"line 5:15: downstreams.s.base_url: \"https://a.com/api;v=1\" has a ; in its path (a path parameter to some servers"}},
+		{"base_url double-encoded dot", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com/api/%252e%252e/admin"), []string{"line 5:15: downstreams.s.base_url: \"https://a.com/api/%252e%252e/admin\" has a %25 that encodes a dot or a slash in its path"}},
+		{"base_url port", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: https://a.com:99999/"), []string{"line 5:15: downstreams.s.base_url: \"https://a.com:99999/\": port \"99999\" must be between 1 and 65535"}},
 		{"base_url bad", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://a b.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid character in host name"}},
 		{"base_url password with a slash", doc(q, "downstreams:", "  s:", "    rate: 1", "    base_url: \"https://u:Pw5ecret/x@a.com/\""), []string{"line 5:15: downstreams.s.base_url: not a valid URL: invalid port after host"}},
 		{"base_url shared", doc(q, "downstreams:", "  s: {rate: 1, base_url: https://a.com/api}", "  t: {rate: 1, base_url: HTTPS://A.COM:443/api/}"), []string{"line 4:26: downstreams.t.base_url: the same base_url as downstreams.s (line 3)"}},
@@ -384,8 +390,8 @@ func TestErrors(t *testing.T) {
 		{"merge brings unknown deeper", doc(q, "tenants:", "  a: {weight: 1}", "  y: {<<: {<<: {limt: 3}}}"), []string{"line 4:17: tenants.y.limt: unknown field; did you mean \"limit\"?"}},
 		{"merge brings null", doc("queue: {<<: {bound: ~}}"), []string{"line 1:21: queue.bound: has no value"}},
 		{"merge brings duplicate", doc(q, "tenants:", "  y: {<<: {weight: 2, weight: 3}}"), []string{"line 3:23: tenants.y.weight: defined twice in a merged mapping: first at line 3, again at line 3"}},
-		{"merge too many keys", doc(q, "tenants:", "  y: {<<: {"+manyKeys(1001)+"}}"), []string{"line 3:11: tenants.y: a merge key (<<) may bring in at most 1000 keys, got 1001"}},
-		{"alias contains itself", doc("queue: &q {bound: 1, x: *q}"), []string{"line 1:25: queue.x: an alias names a mapping or list that contains it"}},
+		{"alias contains itself", doc(q, "tenants: &t {a: *t}"), []string{"line 2:17: tenants.a: an alias names a mapping or list that contains it"}},
+		{"alias contains itself, unknown key", doc("queue: &q {bound: 1, x: *q}"), []string{"line 1:22: queue.x: unknown field"}},
 		{"bound 2^62", doc("queue:", "  bound: 4611686018427387904"), []string{"line 2:10: queue.bound: must be at most 1099511627776, got 4611686018427387904"}},
 		{"limit beyond int64", doc(q, "tenants:", "  a: {algorithm: gcra, limit: 9223372036854775808, period: 1s}"), []string{"line 3:31: tenants.a.limit: 9223372036854775808 is out of range"}},
 		{"tenant_bound exponent", doc("queue:", "  bound: 10", "  tenant_bound: 1e3"), []string{"line 3:17: queue.tenant_bound: must be a whole number in decimal digits, got 1e3"}},
@@ -635,17 +641,13 @@ func TestDocsExample(t *testing.T) {
 
 }
 
-// TestAgreesWithQueue checks that the limits shared with package queue
-// have not drifted apart.
+// TestAgreesWithQueue checks that the defaults shared with packages queue
+// and throttle are theirs.
 func TestAgreesWithQueue(t *testing.T) {
-	if MaxTenantIDLen != queue.MaxTenantLen {
-		t.Errorf("MaxTenantIDLen = %d, queue.MaxTenantLen = %d", MaxTenantIDLen, queue.MaxTenantLen)
-	}
-	if DefaultMaxPayload != queue.DefaultMaxPayload {
-		t.Errorf("DefaultMaxPayload = %d, queue.DefaultMaxPayload = %d", DefaultMaxPayload, queue.DefaultMaxPayload)
-	}
-	if DefaultMaxWait != throttle.DefaultMaxWait || DefaultLease != throttle.DefaultLease {
-		t.Errorf("defaults differ from package throttle's")
+	cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  s: {rate: 1, concurrency: 2}"))
+	d := cfg.Downstreams["s"]
+	if cfg.Queue.MaxPayload != queue.DefaultMaxPayload || d.Limit.MaxWait != throttle.DefaultMaxWait || d.Concurrency.Lease != throttle.DefaultLease {
+		t.Errorf("max payload %d, max wait %v, lease %v: not the defaults of packages queue and throttle", cfg.Queue.MaxPayload, d.Limit.MaxWait, d.Concurrency.Lease)
 	}
 }
 

@@ -1,8 +1,9 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -33,31 +34,24 @@ type Error struct {
 // Error formats e as "file:line:column: field: message"; without a file
 // the place reads "line L:C".
 func (e *Error) Error() string {
-	var b strings.Builder
+	place := e.File
 	switch {
-	case e.File != "":
-		b.WriteString(e.File)
-		if e.Line > 0 {
-			fmt.Fprintf(&b, ":%d", e.Line)
-			if e.Column > 0 {
-				fmt.Fprintf(&b, ":%d", e.Column)
-			}
-		}
+	case e.Line > 0 && e.File != "":
+		place = fmt.Sprintf("%s:%d", e.File, e.Line)
 	case e.Line > 0:
-		fmt.Fprintf(&b, "line %d", e.Line)
-		if e.Column > 0 {
-			fmt.Fprintf(&b, ":%d", e.Column)
-		}
+		place = fmt.Sprintf("line %d", e.Line)
 	}
-	if b.Len() > 0 {
-		b.WriteString(": ")
+	if e.Line > 0 && e.Column > 0 {
+		place += fmt.Sprintf(":%d", e.Column)
 	}
+	msg := e.Msg
 	if e.Field != "" {
-		b.WriteString(e.Field)
-		b.WriteString(": ")
+		msg = e.Field + ": " + msg
 	}
-	b.WriteString(e.Msg)
-	return b.String()
+	if place != "" {
+		msg = place + ": " + msg
+	}
+	return msg
 }
 
 // Unwrap returns the underlying error, if any.
@@ -90,14 +84,11 @@ func (l ErrorList) Unwrap() []error {
 // finish sorts the problems by place, caps them at MaxErrors and names the
 // file in each.
 func (l ErrorList) finish(file string) ErrorList {
-	sort.SliceStable(l, func(i, j int) bool {
-		if l[i].Line != l[j].Line {
-			return l[i].Line < l[j].Line
-		}
-		return l[i].Column < l[j].Column
+	slices.SortStableFunc(l, func(a, b *Error) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})
 	if more := len(l) - MaxErrors; more > 0 {
-		l = append(l[:min(len(l), MaxErrors):min(len(l), MaxErrors)], &Error{Msg: fmt.Sprintf("%d more problems not shown", more)})
+		l = append(l[:MaxErrors:MaxErrors], &Error{Msg: fmt.Sprintf("%d more problems not shown", more)})
 	}
 	for _, e := range l {
 		e.File = file

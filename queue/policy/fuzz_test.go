@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -32,9 +33,9 @@ func checkInvariants(c *Config) error {
 		return fmt.Errorf("bound %d", q.Bound)
 	case q.TenantBound < 0 || q.TenantBound > q.Bound:
 		return fmt.Errorf("tenant bound %d of %d", q.TenantBound, q.Bound)
-	case q.Prefetch < 1 || q.Prefetch > MaxPrefetch:
+	case q.Prefetch < 1 || q.Prefetch > 1_000_000:
 		return fmt.Errorf("prefetch %d", q.Prefetch)
-	case q.MaxPayload < 1 || q.MaxPayload > MaxPayloadLimit:
+	case q.MaxPayload < 1 || q.MaxPayload > 64<<20:
 		return fmt.Errorf("max payload %d", q.MaxPayload)
 	}
 	for name, d := range c.Downstreams {
@@ -64,7 +65,7 @@ func checkInvariants(c *Config) error {
 			}
 		}
 		if cc := d.Concurrency; cc != nil {
-			if cc.Name != name || cc.Max < 1 || cc.Max > MaxConcurrency || cc.Lease < time.Millisecond || cc.Lease > MaxDuration {
+			if cc.Name != name || cc.Max < 1 || cc.Max > 1_000_000 || cc.Lease < time.Millisecond || cc.Lease > MaxDuration {
 				return fmt.Errorf("downstream %s: concurrency %+v", name, cc)
 			}
 		}
@@ -80,9 +81,9 @@ func checkInvariants(c *Config) error {
 	}
 	for id, tn := range c.Tenants {
 		switch {
-		case id == "" || len(id) > MaxTenantIDLen || tn.ID != id:
+		case id == "" || len(id) > queue.MaxTenantLen || tn.ID != id:
 			return fmt.Errorf("tenant %.20q has id %.20q", id, tn.ID)
-		case tn.Weight < 1 || tn.Weight > MaxWeight:
+		case tn.Weight < 1 || tn.Weight > 100:
 			return fmt.Errorf("tenant %.20q: weight %d", id, tn.Weight)
 		}
 		if tn.Policy != nil {

@@ -19,24 +19,18 @@ import (
 	"github.com/sluicehq/sluice/internal/names"
 )
 
-// A policy file is read in four steps. The YAML library parses it into a
+// A policy file is read in three steps. The YAML library parses it into a
 // tree of nodes. One pass over the tree (walk) follows aliases, expands
 // merge keys, checks each key against the yaml tags of the struct below
-// that it fills and each value against its Go type, and notes every key
-// and value by field path. The library decodes the checked tree into the
-// structs. Last, the checks of validate.go make a Config of them, finding
-// the place of each problem by its path.
+// that it fills and each value against its Go type, fills the structs, and
+// notes every key and value by field path. Last, the checks of validate.go
+// make a Config of them, finding the place of each problem by its path.
 
-// Bounds on the work of the pass, so that a small file of aliases cannot
-// make it slow.
-const (
-	// nodeBudget is the most keys and values the pass visits, each alias
-	// and merge key expanded. A larger file gets two per byte: a file
-	// without aliases never needs that many.
-	nodeBudget = 1_000_000
-	// maxMergedKeys bounds the keys of a mapping that a merge key brings in.
-	maxMergedKeys = 1000
-)
+// nodeBudget is the most keys and values the pass visits, each alias and
+// merge key expanded, so that a small file of aliases cannot make it slow.
+// A larger file gets two per byte: one without aliases never needs that
+// many.
+const nodeBudget = 1_000_000
 
 // file is a policy file as written.
 type file struct {
@@ -106,26 +100,16 @@ type entry[T any] struct {
 	val  T
 }
 
-// UnmarshalYAML decodes each entry on its own (the library would compare
-// every key with every other), keeping their order.
-func (e *entries[T]) UnmarshalYAML(n *yaml.Node) error {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		ent := entry[T]{name: n.Content[i].Value}
-		if err := n.Content[i+1].Decode(&ent.val); err != nil {
-			return err
-		}
-		*e = append(*e, ent)
-	}
-	return nil
+// add appends an entry called name and returns its value, for walk to
+// fill.
+func (e *entries[T]) add(name string) reflect.Value {
+	*e = append(*e, entry[T]{name: name})
+	return reflect.ValueOf(&(*e)[len(*e)-1].val).Elem()
 }
-
-// valueType tells walk what the values of entries are.
-func (entries[T]) valueType() reflect.Type { return reflect.TypeFor[T]() }
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	sizeType     = reflect.TypeFor[byteSize]()
-	null         = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"} // in place of a value that cannot be used
 )
 
 // place is a key and its value in the file (for an item of a list, the
@@ -139,10 +123,9 @@ type place struct {
 // parser reads one file, collecting its problems.
 type parser struct {
 	budget, visits int
-	over           *Error                    // where the budget ran out
-	open           map[*yaml.Node]bool       // the mappings being walked
-	keys           map[string]place          // by field path; "" for the document
-	fields         map[reflect.Type][]string // the yaml names of a struct's fields
+	over           *Error              // where the budget ran out
+	open           map[*yaml.Node]bool // the mappings being walked
+	keys           map[string]place    // by field path; "" for the document
 	errs           ErrorList
 }
 
@@ -155,7 +138,7 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // decode reads data, one YAML document, into a Config. The pass visits
 // at most budget keys and values; decode returns how many it visited.
 func decode(data []byte, budget int) (*Config, ErrorList, int) {
-	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}, fields: map[reflect.Type][]string{}}
+	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}}
 	var doc, next yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
@@ -181,15 +164,11 @@ func decode(data []byte, budget int) (*Config, ErrorList, int) {
 	root := doc.Content[0]
 	p.keys[""] = place{key: root, val: root}
 	var f file
-	checked := p.walk(root, reflect.TypeFor[file](), "")
+	ok := p.walk(root, reflect.ValueOf(&f).Elem(), "")
 	switch {
 	case p.over != nil:
 		return nil, ErrorList{p.over}, p.visits
-	case checked == nil:
-		return nil, p.errs, p.visits
-	}
-	if err := checked.Decode(&f); err != nil { // not expected: walk lets through only what the structs hold
-		p.add(root, "", err, "%v", err)
+	case !ok:
 		return nil, p.errs, p.visits
 	}
 	cfg := p.config(&f)
@@ -210,99 +189,84 @@ func (p *parser) visit(n *yaml.Node, path string) bool {
 	return p.over == nil
 }
 
-// walk checks n, the value at path, which is to fill a t: entries, a
-// list, a struct or a leaf (see scalar). It returns a tree that the
-// library decodes without surprise: aliases followed, merge keys
-// expanded, only the keys that t has, each once, leaves in a form the
-// library reads as the checks did. It returns nil when n cannot be used,
-// the problem reported.
-func (p *parser) walk(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
-	if !p.visit(n, path) {
-		return nil
+// walk checks n, the value at path, and fills v with it: entries, a list,
+// a struct or a leaf (see scalar). Aliases are followed, merge keys
+// expanded, and only the keys that v has are taken, each once. It returns
+// false when n cannot be used, the problem reported.
+func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
+	if n = p.deref(n, path, "an alias names a mapping or list that contains it"); n == nil || !p.visit(n, path) {
+		return false
 	}
-	ents, isEntries := reflect.Zero(t).Interface().(interface{ valueType() reflect.Type })
+	t := v.Type()
+	ents, isEntries := v.Addr().Interface().(interface{ add(string) reflect.Value })
 	switch {
 	case !isEntries && t.Kind() != reflect.Slice && t.Kind() != reflect.Struct:
-		return p.scalar(n, t, path)
-	case isEntries && n.ShortTag() == "!!null", t.Kind() == reflect.Struct && n.ShortTag() == "!!null":
-		return n // no entries, no fields
+		return p.scalar(n, v, path)
+	case (isEntries || t.Kind() == reflect.Struct) && n.ShortTag() == "!!null":
+		return true // no entries, no fields
 	case t.Kind() == reflect.Slice && !isEntries:
-		return p.list(n, t, path)
+		return p.list(n, v, path)
 	case n.Kind != yaml.MappingNode:
 		p.add(n, path, nil, "must be a mapping of keys to values, got %s", describe(n))
-		return nil
+		return false
 	}
 	p.open[n] = true
 	defer delete(p.open, n)
-	known, seen := p.fields[t]
-	if !isEntries && !seen {
-		for i := range t.NumField() {
-			known = append(known, t.Field(i).Tag.Get("yaml"))
-		}
-		p.fields[t] = known
+	var known []string
+	for i := 0; !isEntries && i < t.NumField(); i++ {
+		known = append(known, t.Field(i).Tag.Get("yaml"))
 	}
-	out := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 	for _, pr := range p.pairs(n, path, "") {
 		field, i := join(path, pr.name), slices.Index(known, pr.name)
-		var ft reflect.Type
+		var fv reflect.Value
 		switch {
 		case isEntries:
-			ft = ents.valueType()
+			fv = ents.add(pr.name) // an entry's name is checked even when its value cannot be used
 		case i >= 0:
-			ft = t.Field(i).Type
-		case suggest(pr.name, known) != "":
-			p.add(pr.key, field, nil, "unknown field; did you mean %q?", suggest(pr.name, known))
-			continue
+			fv = v.Field(i)
 		default:
-			p.add(pr.key, field, nil, "unknown field; expected one of %s", strings.Join(known, ", "))
+			p.add(pr.key, field, nil, "unknown field; %s", suggest(pr.name, known))
 			continue
 		}
 		before := len(p.errs)
-		v := p.walk(pr.val, ft, field)
-		p.keys[field] = place{key: pr.key, val: pr.val, bad: v == nil, flawed: len(p.errs) > before}
-		if v != nil || isEntries { // an entry's name is checked even when its value cannot be used
-			k := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: pr.name}
-			out.Content = append(out.Content, k, cmp.Or(v, null))
-		}
+		ok := p.walk(pr.val, fv, field)
+		p.keys[field] = place{key: pr.key, val: pr.val, bad: !ok, flawed: len(p.errs) > before}
 	}
-	return out
+	return true
 }
 
-// list checks an also list, the only list of the file.
-func (p *parser) list(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
+// list checks an also list, the only list of the file, and fills v with it.
+func (p *parser) list(n *yaml.Node, v reflect.Value, path string) bool {
 	if n.Kind != yaml.SequenceNode {
 		msg := "must be a list of rates such as [{rate: 1000, per: 1h}], got " + describe(n)
 		if n.ShortTag() == "!!null" {
 			msg = "has no value"
 		}
 		p.add(n, path, nil, "%s", msg)
-		return nil
+		return false
 	}
-	out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
 	for i, it := range n.Content {
-		field, before := fmt.Sprintf("%s[%d]", path, i), len(p.errs)
-		v := p.deref(it, field, "an alias names a mapping or list that contains it")
-		if v != nil && v.Kind != yaml.MappingNode {
-			p.add(v, field, nil, "must be a mapping of keys to values, got %s", describe(v))
-			v = nil
-		} else if v != nil {
-			v = p.walk(v, t.Elem(), field)
+		field, before, ok := fmt.Sprintf("%s[%d]", path, i), len(p.errs), false
+		if it.ShortTag() == "!!null" { // walk takes null for a mapping without keys
+			p.add(it, field, nil, "must be a mapping of keys to values, got null")
+		} else {
+			ok = p.walk(it, v.Index(i), field)
 		}
-		p.keys[field] = place{key: it, val: it, bad: v == nil, flawed: len(p.errs) > before}
-		out.Content = append(out.Content, cmp.Or(v, null))
+		p.keys[field] = place{key: it, val: it, bad: !ok, flawed: len(p.errs) > before}
 	}
-	return out
+	return true
 }
 
-// pair is one key of a mapping, with its value, aliases followed.
+// pair is one key of a mapping, with its value.
 type pair struct {
 	name     string
 	key, val *yaml.Node
 }
 
 // pairs returns the keys of the mapping n with their values: its own, then
-// those that its merge keys (<<) bring in and it does not have, the first
-// merged winning. A key given twice is reported, in the words of in for a
+// those that its merge keys (<<) bring in (a mapping or a list of them) and
+// it does not have, the first merged winning. A key given twice is reported, in the words of in for a
 // mapping that a merge key brings in.
 func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 	var out []pair
@@ -326,50 +290,31 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 			continue
 		}
 		lines[name] = k.Line
-		if v.Kind == yaml.AliasNode { // the path is made only when needed: most values are not aliases
-			if v = p.deref(v, join(path, name), "an alias names a mapping or list that contains it"); v == nil {
-				p.keys[join(path, name)] = place{key: k, val: k, bad: true}
-				continue
-			}
-		}
 		out = append(out, pair{name, k, v})
 	}
-	for _, m := range merges {
-		for _, src := range p.mergeSources(m, path) {
-			p.open[src] = true
-			for _, pr := range p.pairs(src, path, " in a merged mapping") {
-				if _, seen := lines[pr.name]; !seen {
-					lines[pr.name] = pr.key.Line
-					out = append(out, pr)
-				}
-			}
-			delete(p.open, src)
-		}
-	}
-	return out
-}
-
-// mergeSources returns the mappings that the value of a merge key names:
-// one mapping, or a list of them.
-func (p *parser) mergeSources(v *yaml.Node, path string) []*yaml.Node {
 	const loop = "a merge key (<<) merges a mapping into itself"
-	items, where := []*yaml.Node{v}, ""
-	if d := p.deref(v, path, loop); d == nil {
-		return nil
-	} else if d.Kind == yaml.SequenceNode {
-		items, where = d.Content, " in the list"
-	}
-	var out []*yaml.Node
-	for _, it := range items {
-		src := p.deref(it, path, loop)
-		switch {
-		case src == nil:
-		case src.Kind != yaml.MappingNode:
-			p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
-		case len(src.Content)/2 > maxMergedKeys:
-			p.add(it, path, nil, "a merge key (<<) may bring in at most %d keys, got %d", maxMergedKeys, len(src.Content)/2)
-		default:
-			out = append(out, src)
+	for _, m := range merges {
+		items, where := []*yaml.Node{m}, ""
+		if d := p.deref(m, path, loop); d == nil {
+			continue
+		} else if d.Kind == yaml.SequenceNode {
+			items, where = d.Content, " in the list"
+		}
+		for _, it := range items {
+			switch src := p.deref(it, path, loop); {
+			case src == nil:
+			case src.Kind != yaml.MappingNode:
+				p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
+			default:
+				p.open[src] = true
+				for _, pr := range p.pairs(src, path, " in a merged mapping") {
+					if _, seen := lines[pr.name]; !seen {
+						lines[pr.name] = pr.key.Line
+						out = append(out, pr)
+					}
+				}
+				delete(p.open, src)
+			}
 		}
 	}
 	return out
@@ -390,10 +335,7 @@ func (p *parser) deref(n *yaml.Node, path, msg string) *yaml.Node {
 
 // keyName returns the text of a mapping key.
 func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
-	v := k
-	if k.Kind == yaml.AliasNode && k.Alias != nil {
-		v = k.Alias
-	}
+	v := cmp.Or(k.Alias, k) // Alias is nil but in an alias
 	switch {
 	case v.Kind != yaml.ScalarNode:
 		p.add(k, path, nil, "keys must be plain values, got %s", describe(v))
@@ -409,14 +351,10 @@ func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
 
 var sizePattern = regexp.MustCompile(`^([0-9][0-9_]*) ?(B|KiB|MiB)?$`)
 
-// scalar checks a single value that is to fill a t, and returns it as the
-// library is to read it. A string is taken as written, whatever YAML
-// reads it as; a bool is true or false, not yes or on; an int64 is a
-// whole number in decimal digits (not octal, hex or a float); a
-// time.Duration is a Go duration with a unit, not negative; a byteSize is
-// a whole number with an optional B, KiB or MiB suffix.
-func (p *parser) scalar(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
-	tag, out, err := n.ShortTag(), &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: n.Value}, error(nil)
+// scalar checks a single value as docs/policy.md ("Values") says, and
+// fills v with it. A string is taken as written, whatever YAML reads it as.
+func (p *parser) scalar(n *yaml.Node, v reflect.Value, path string) bool {
+	tag, t, x, err := n.ShortTag(), v.Type(), int64(0), error(nil)
 	switch {
 	case tag == "!!null":
 		err = errors.New("has no value")
@@ -424,69 +362,65 @@ func (p *parser) scalar(n *yaml.Node, t reflect.Type, path string) *yaml.Node {
 		err = fmt.Errorf("must be a single value, got %s", describe(n))
 	case !standardTag(n):
 		err = fmt.Errorf("unsupported tag %s", tag)
-	case t.Kind() == reflect.Bool && tag != "!!bool":
+	case t.Kind() == reflect.String:
+		v.SetString(n.Value)
+	case t.Kind() == reflect.Bool && (tag != "!!bool" || !slices.Contains([]string{"true", "false"}, strings.ToLower(n.Value))):
 		err = fmt.Errorf("must be true or false, got %s", describe(n))
 	case t.Kind() == reflect.Bool:
-		out.Tag = "!!bool"
+		v.SetBool(strings.ToLower(n.Value) == "true")
 	case t == durationType:
-		out.Value, err = readDuration(n)
+		x, err = readDuration(n)
 	case t == sizeType:
-		out.Tag = "!!int"
-		out.Value, err = readSize(n)
-	case t.Kind() == reflect.Int64 && tag != "!!int" && tag != "!!float":
+		x, err = readSize(n)
+	case tag != "!!int" && tag != "!!float":
 		err = fmt.Errorf("must be a whole number, got %s", describe(n))
-	case t.Kind() == reflect.Int64:
-		var v int64
-		v, err = parseDecimal(n.Value)
-		out.Tag, out.Value = "!!int", strconv.FormatInt(v, 10)
+	default:
+		x, err = parseDecimal(n.Value)
 	}
 	if err != nil {
 		p.add(n, path, nil, "%v", err)
-		return nil
+		return false
 	}
-	return out
+	if t.Kind() == reflect.Int64 {
+		v.SetInt(x)
+	}
+	return true
 }
 
-// readDuration reads a duration, returning it as time.ParseDuration reads
-// it back.
-func readDuration(n *yaml.Node) (string, error) {
+// readDuration reads a duration, in nanoseconds.
+func readDuration(n *yaml.Node) (int64, error) {
 	s := strings.TrimSpace(n.Value)
 	d, err := time.ParseDuration(s)
 	switch {
 	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float":
-		return "", fmt.Errorf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
+		return 0, fmt.Errorf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
 	case strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) < 0:
-		return "", errors.New("a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n))
+		return 0, errors.New("a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n))
 	case err != nil:
-		return "", errors.New("must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n))
+		return 0, errors.New("must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n))
 	case d < 0:
-		return "", errors.New("must not be negative, got " + d.String())
+		return 0, errors.New("must not be negative, got " + d.String())
 	}
-	return d.String(), nil
+	return int64(d), nil
 }
 
-// readSize reads a byteSize, returning its bytes (math.MaxInt64 when
-// more) as a decimal number.
-func readSize(n *yaml.Node) (string, error) {
+// readSize reads a byteSize, in bytes (math.MaxInt64 when more).
+func readSize(n *yaml.Node) (int64, error) {
 	digits, shift := n.Value, 0
 	if m := sizePattern.FindStringSubmatch(strings.TrimSpace(n.Value)); n.ShortTag() == "!!str" && m != nil {
 		digits, shift = m[1], map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20}[m[2]]
 	} else if n.ShortTag() != "!!int" {
-		return "", fmt.Errorf("must be a size such as 65536, 512KiB or 1MiB, got %s", describe(n))
+		return 0, fmt.Errorf("must be a size such as 65536, 512KiB or 1MiB, got %s", describe(n))
 	}
 	v, err := parseDecimal(digits)
 	if v > math.MaxInt64>>shift {
 		v, shift = math.MaxInt64, 0
 	}
-	return strconv.FormatInt(v<<shift, 10), err
+	return v << shift, err
 }
 
 func standardTag(v *yaml.Node) bool {
-	switch v.ShortTag() {
-	case "!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp":
-		return true
-	}
-	return false
+	return slices.Contains([]string{"!!str", "!!int", "!!float", "!!bool", "!!null", "!!timestamp"}, v.ShortTag())
 }
 
 var decimal = regexp.MustCompile(`^[-+]?[0-9]+(_[0-9]+)*$`)
@@ -530,18 +464,19 @@ func describe(v *yaml.Node) string {
 	return strconv.Quote(s) + " (" + v.ShortTag() + ")"
 }
 
-// suggest returns the field of want closest to name, if it is close.
+// suggest names the field of want that name may be: the closest, if it is
+// close, or else all of them.
 func suggest(name string, want []string) string {
-	if len(name) > 64 {
-		return ""
-	}
 	best, bestD := "", 3
-	for _, w := range want {
-		if d := distance(strings.ToLower(name), w); d < bestD {
-			best, bestD = w, d
+	for i := 0; len(name) <= 64 && i < len(want); i++ {
+		if d := distance(strings.ToLower(name), want[i]); d < bestD {
+			best, bestD = want[i], d
 		}
 	}
-	return best
+	if best == "" {
+		return "expected one of " + strings.Join(want, ", ")
+	}
+	return fmt.Sprintf("did you mean %q?", best)
 }
 
 // distance is the Levenshtein distance between a and b, in bytes.
@@ -569,7 +504,7 @@ func distance(a, b string) int {
 // (and cut short).
 func join(field, key string) string {
 	switch {
-	case !names.Valid(key, MaxNameLen, "") || strings.Contains(key, "."):
+	case !names.Valid(key, names.MaxLen, "") || strings.Contains(key, "."):
 		return field + "[" + strconv.Quote(limitLen(key, 48)) + "]"
 	case field == "":
 		return key

@@ -1,87 +1,71 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
+	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/urlerr"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // ErrURLNotAllowed is wrapped by every error of DownstreamFor: the URL is
 // not one that the built-in HTTP job may call.
 var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
 
-// parseBaseURL checks a downstream's base_url: an absolute http or https
-// URL with a host, and nothing that could make prefix matching ambiguous
-// (user info, a query, a fragment, dot segments, the paths pathTrick
-// refuses). The host is kept in
-// lower case.
-func parseBaseURL(s string) (*url.URL, error) {
+// parseURL parses s by the rules that a base_url and the URL of an HTTP
+// job share (docs/policy.md). Its errors quote the URL's origin and path,
+// never its query or user info, and nothing of a URL that does not parse.
+func parseURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("not a valid URL: %s", urlerr.Reason(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("not an absolute http or https URL such as https://api.example.com/v1/; got scheme %.32q", u.Scheme)
+	case u.Opaque != "" || u.Hostname() == "":
+		return nil, errors.New("the URL has no host, as api.example.com in https://api.example.com/v1/")
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("must be an http or https URL such as https://api.example.com/v1/, got scheme %q", u.Scheme)
+	switch why := pathTrick(u); {
+	case u.User != nil:
+		return nil, fmt.Errorf("%s carries user info (user@ or user:password@); send credentials in headers", shown(u))
+	case originOf(u) == "":
+		return nil, fmt.Errorf("%s: port %q must be between 1 and 65535", shown(u), u.Port())
+	case why != "":
+		return nil, fmt.Errorf("%s has %s", shown(u), why)
 	}
-	if u.Opaque != "" || u.Host == "" {
-		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
-	}
-	if u.User != nil {
-		return nil, errors.New("must not contain user info (user@ or user:password@); send credentials in headers")
-	}
-	if u.RawQuery != "" || u.ForceQuery {
-		return nil, errors.New("must not have a query (?...)")
-	}
-	if u.Fragment != "" || strings.Contains(s, "#") {
-		return nil, errors.New("must not have a fragment (#...)")
-	}
-	if u.Hostname() == "" {
-		return nil, errors.New("must have a host, as in https://api.example.com/v1/")
-	}
-	if _, err := portOf(u); err != nil {
+	return u, nil
+}
+
+// parseBaseURL checks a downstream's base_url: parseURL's rules, and no
+// query or fragment. The host is kept in lower case.
+func parseBaseURL(s string) (*url.URL, error) {
+	u, err := parseURL(s)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if dotSegments(u) {
-		return nil, errors.New("must not contain . or .. path segments")
-	}
-	if why := pathTrick(u); why != "" {
-		return nil, errors.New("must not have " + why)
+	case u.RawQuery != "" || u.ForceQuery:
+		return nil, errors.New("must not have a query (?...)")
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return nil, errors.New("must not have a fragment (#...)")
 	}
 	u.Host = strings.ToLower(u.Host)
 	return u, nil
 }
 
-// portOf returns u's port, or the scheme's default port when u has none.
-func portOf(u *url.URL) (int, error) {
-	p := u.Port()
-	if p == "" {
-		if u.Scheme == "https" {
-			return 443, nil
-		}
-		return 80, nil
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, fmt.Errorf("port %q must be between 1 and 65535", p)
-	}
-	return n, nil
-}
-
-// originOf returns scheme://host:port, lower case, with the port always
-// written.
+// originOf returns scheme://host:port in lower case, with the port always
+// written (a missing one is the scheme's default), or "" for a port out of
+// range.
 func originOf(u *url.URL) string {
-	port, _ := portOf(u)
-	host := strings.ToLower(u.Hostname())
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
+	port, err := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
+	if err != nil || port < 1 || port > 65535 {
+		return ""
 	}
-	return u.Scheme + "://" + host + ":" + strconv.Itoa(port)
+	return strings.ToLower(u.Scheme + "://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port)))
 }
 
 // basePath returns the escaped path of a base URL without trailing
@@ -90,127 +74,70 @@ func basePath(u *url.URL) string {
 	return strings.TrimRight(u.EscapedPath(), "/")
 }
 
-// dotSegments reports whether u's path, fully decoded, has a "." or ".."
-// segment between slashes or backslashes: a path that a server might
-// resolve to somewhere other than where it appears to point.
-func dotSegments(u *url.URL) bool {
-	p, err := url.PathUnescape(u.EscapedPath())
-	if err != nil {
-		return true
-	}
-	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
-		if seg == "." || seg == ".." {
-			return true
-		}
-	}
-	return false
-}
-
-// maxUnescape is how many layers of percent-encoding pathTrick reads.
-const maxUnescape = 8
-
-// pathTrick says what in u's path a downstream might read differently from
-// the base_url check, or returns "" for a plain path: a ";" (a path
-// parameter to Tomcat and Spring, which read /api/..;/x as /x), raw or
-// encoded, or a "%25" that encodes a dot, a slash or a backslash (a
-// server that decodes twice reads /api/%252e%252e/x as /x). Layers of
-// "%25" are read until none is left, so deeper nesting is caught too.
-// (Single-encoded dots and slashes are decoded by dotSegments.)
+// pathTrick says what in u's path a server might resolve elsewhere than
+// it appears to point, or returns "": once decoded, a "." or ".." segment
+// between slashes or backslashes; at any depth of percent-encoding, a ";"
+// or a "%25" that encodes a dot, a slash or a backslash (docs/policy.md).
 func pathTrick(u *url.URL) string {
 	p, err := url.PathUnescape(u.EscapedPath())
 	if err != nil {
 		return "an invalid escape in its path"
 	}
-	for range maxUnescape {
+	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if seg == "." || seg == ".." {
+			return "a . or .. path segment"
+		}
+	}
+	for range 8 {
 		if strings.Contains(p, ";") {
 			return "a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)"
 		}
-		if !strings.Contains(p, "%") {
-			return ""
-		}
-		lower := strings.ToLower(p)
-		for _, enc := range []string{"%2e", "%2f", "%5c"} {
-			if strings.Contains(lower, enc) {
-				return "a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)"
-			}
+		if l := strings.ToLower(p); strings.Contains(l, "%2e") || strings.Contains(l, "%2f") || strings.Contains(l, "%5c") {
+			return "a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)"
 		}
 		next, err := url.PathUnescape(p)
 		if err != nil || next == p {
-			return "" // a literal "%" no server decodes to anything
+			return "" // no "%", or a literal "%" that no server decodes
 		}
 		p = next
 	}
 	return "percent-encoding nested too deep in its path"
 }
 
-// DownstreamFor returns the downstream whose base_url covers rawURL: the
-// same scheme, host and port (a missing port is the scheme's default), and
-// a path that is the base_url's path or lies under it on a segment
-// boundary (https://a.com/api covers https://a.com/api and
-// https://a.com/api/x, not https://a.com/api2). When several base URLs
-// cover rawURL, the longest path wins.
-//
-// It refuses, with an error wrapping ErrURLNotAllowed, a URL that is not
-// absolute http or https, that carries user info, whose decoded path has a
-// "." or ".." segment, whose path has a ";" or a "%25" that encodes a dot
-// or a slash (pathTrick), or that no downstream covers: the built-in HTTP job
-// uses it so that a job cannot make the workers call an arbitrary host.
-// Downstreams without a base_url cover nothing. Error messages show the
-// URL's origin and path, never its query or user info, and quote nothing
-// of a URL that does not parse.
+// DownstreamFor returns the downstream whose base_url covers rawURL, so
+// that a built-in HTTP job cannot make the workers call an arbitrary host:
+// the same origin, and a path at or under the base_url's on a segment
+// boundary; the longest such path wins, then the first name (docs/policy.md,
+// "URLs that HTTP jobs may call"). It refuses, with an error wrapping
+// ErrURLNotAllowed, a URL that parseURL refuses or that no downstream
+// covers. Downstreams without a base_url cover nothing.
 func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: not a valid URL: %s", ErrURLNotAllowed, urlerr.Reason(err))
+		return queue.Downstream{}, fmt.Errorf("%w: %w", ErrURLNotAllowed, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return queue.Downstream{}, fmt.Errorf("%w: only absolute http and https URLs may be called", ErrURLNotAllowed)
-	}
-	if u.Opaque != "" || u.Hostname() == "" {
-		return queue.Downstream{}, fmt.Errorf("%w: the URL has no host", ErrURLNotAllowed)
-	}
-	show := strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
-	if u.User != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: %s carries user info; send credentials in headers", ErrURLNotAllowed, show)
-	}
-	port, err := portOf(u)
-	if err != nil {
-		return queue.Downstream{}, fmt.Errorf("%w: %s: %v", ErrURLNotAllowed, show, err)
-	}
-	if dotSegments(u) {
-		return queue.Downstream{}, fmt.Errorf("%w: %s has a . or .. path segment", ErrURLNotAllowed, show)
-	}
-	if why := pathTrick(u); why != "" {
-		return queue.Downstream{}, fmt.Errorf("%w: %s has %s", ErrURLNotAllowed, show, why)
-	}
-	host := strings.ToLower(u.Hostname())
-	path := u.EscapedPath()
-	if path == "" {
-		path = "/"
-	}
-	names := make([]string, 0, len(c.Downstreams))
-	for name := range c.Downstreams {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	origin, path := originOf(u), cmp.Or(u.EscapedPath(), "/")
 	best, bestLen := "", -1
-	for _, name := range names {
-		b := c.Downstreams[name].BaseURL
-		if b == nil || b.Scheme != u.Scheme || strings.ToLower(b.Hostname()) != host {
+	for name, d := range c.Downstreams {
+		if d.BaseURL == nil || originOf(d.BaseURL) != origin {
 			continue
 		}
-		if bp, err := portOf(b); err != nil || bp != port {
-			continue
-		}
-		bpath := basePath(b)
-		if (path == bpath || strings.HasPrefix(path, bpath+"/")) && len(bpath) > bestLen {
+		bpath := basePath(d.BaseURL)
+		covers := path == bpath || strings.HasPrefix(path, bpath+"/")
+		if covers && (len(bpath) > bestLen || len(bpath) == bestLen && name < best) {
 			best, bestLen = name, len(bpath)
 		}
 	}
 	if bestLen < 0 {
-		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, show)
+		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, shown(u))
 	}
 	return c.Downstreams[best], nil
+}
+
+// shown quotes u's scheme, host and path for an error message: never its
+// user info or query.
+func shown(u *url.URL) string {
+	return strconv.Quote(limitLen(u.Scheme+"://"+u.Host+u.EscapedPath(), 200))
 }
 
 func limitLen(s string, n int) string {

@@ -128,9 +128,9 @@ func TestDownstreamForMessages(t *testing.T) {
 	cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  api: {rate: 1, base_url: http://a.com/api}"))
 	for url, want := range map[string]string{
 		"http://evil.com/x?token=secret": `sluice: URL not allowed: no downstream's base_url covers "http://evil.com/x"`,
-		"http://u:secret@a.com/api":      `sluice: URL not allowed: "http://a.com/api" carries user info; send credentials in headers`,
+		"http://u:secret@a.com/api":      `sluice: URL not allowed: "http://a.com/api" carries user info (user@ or user:password@); send credentials in headers`,
 		"http://a.com/api/../x?k=secret": `sluice: URL not allowed: "http://a.com/api/../x" has a . or .. path segment`,
-		"/api":                           `sluice: URL not allowed: only absolute http and https URLs may be called`,
+		"/api":                           `sluice: URL not allowed: not an absolute http or https URL such as https://api.example.com/v1/; got scheme ""`,
 		"http://a b/?secret":             `sluice: URL not allowed: not a valid URL: invalid character in host name`,
 		// A password with a "/" or a port followed by more: net/url
 		// quotes the text it took for a port.

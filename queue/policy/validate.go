@@ -77,8 +77,8 @@ func (p *parser) config(f *file) *Config {
 	bases := map[string]string{} // normalised base URL -> the downstream that has it
 	for _, ent := range f.Downstreams {
 		path := join("downstreams", ent.name)
-		if !names.Valid(ent.name, MaxNameLen, "") {
-			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", MaxNameLen)
+		if !names.Valid(ent.name, names.MaxLen, "") {
+			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", names.MaxLen)
 			continue
 		}
 		d, ok := p.downstream(&ent.val, ent.name, path)
@@ -101,8 +101,8 @@ func (p *parser) config(f *file) *Config {
 		switch {
 		case ent.name == "":
 			p.add(p.keys[path].key, path, nil, "a tenant id must not be empty")
-		case len(ent.name) > MaxTenantIDLen:
-			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", MaxTenantIDLen, len(ent.name))
+		case len(ent.name) > queue.MaxTenantLen:
+			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", queue.MaxTenantLen, len(ent.name))
 		default:
 			if t, ok := p.tenant(&ent.val, ent.name, path); ok {
 				cfg.Tenants[ent.name] = t
@@ -112,36 +112,29 @@ func (p *parser) config(f *file) *Config {
 	return cfg
 }
 
+// queue checks the queue section. A value that a check refuses may be in
+// what it returns, as from downstream, pace and tenant: a problem found
+// makes Parse return no Config. Where a default is not zero, the checks
+// refuse zero, so cmp.Or tells a value given from one left out.
 func (p *parser) queue(qf *queueFile) Queue {
-	q := Queue{Name: DefaultQueueName, Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: DefaultPrefetch, MaxPayload: DefaultMaxPayload, Retention: DefaultRetention}
 	switch key, ok := p.keys["queue"]; {
 	case !ok:
 		p.add(p.keys[""].key, "queue.bound", nil, "required; the file has no queue section")
-		return q
-	case key.bad:
-		return q
-	case !p.has("queue.bound"):
+	case !key.bad && !p.has("queue.bound"):
 		p.add(key.key, "queue.bound", nil, "required: the most jobs waiting, at least 1")
 	}
-	if n := p.value("queue.name"); n != nil && names.Valid(qf.Name, MaxNameLen, "") {
-		q.Name = qf.Name
-	} else if n != nil {
-		p.add(n, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", MaxNameLen, describe(n))
+	if n := p.value("queue.name"); n != nil && !names.Valid(qf.Name, names.MaxLen, "") {
+		p.add(n, "queue.name", nil, "must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -, got %s", names.MaxLen, describe(n))
 	}
 	boundOK := inRange(p, "queue.bound", qf.Bound, 1, MaxBound)
 	if inRange(p, "queue.tenant_bound", qf.TenantBound, 0, MaxBound) && boundOK && qf.TenantBound > qf.Bound {
 		p.add(p.value("queue.tenant_bound"), "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", qf.Bound, qf.TenantBound)
 	}
-	if inRange(p, "queue.prefetch", qf.Prefetch, 1, MaxPrefetch) {
-		q.Prefetch = int(qf.Prefetch)
-	}
-	if inRange(p, "queue.max_payload", qf.MaxPayload, 1, MaxPayloadLimit) {
-		q.MaxPayload = int64(qf.MaxPayload)
-	}
-	if inRange(p, "queue.retention", qf.Retention, MinRetention, MaxRetention) {
-		q.Retention = qf.Retention
-	}
-	return q
+	inRange(p, "queue.prefetch", qf.Prefetch, 1, 1_000_000)
+	inRange(p, "queue.max_payload", qf.MaxPayload, 1, 64<<20)
+	inRange(p, "queue.retention", qf.Retention, 0, 30*24*time.Hour)
+	return Queue{Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: int(cmp.Or(qf.Prefetch, 64)),
+		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention}
 }
 
 func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downstream, bool) {
@@ -149,8 +142,8 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 		return queue.Downstream{}, false
 	}
 	before := len(p.errs)
-	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: DefaultTimeout, PerTenant: df.PerTenant}
-	d.Limit.Name, d.Limit.MaxWait = name, DefaultMaxWait
+	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: cmp.Or(df.Timeout, 30*time.Second), PerTenant: df.PerTenant}
+	d.Limit.Name, d.Limit.MaxWait = name, throttle.DefaultMaxWait
 	if n := p.value(path + ".base_url"); n != nil {
 		u, err := parseBaseURL(df.BaseURL)
 		if err != nil {
@@ -177,19 +170,11 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 		d.Limit.Also = append(d.Limit.Also, rate)
 	}
 	if inRange(p, path+".max_wait", df.MaxWait, 0, MaxDuration) {
-		d.Limit.MaxWait = df.MaxWait
-		if df.MaxWait == 0 {
-			d.Limit.MaxWait = -1 // only a slot due now
-		}
+		d.Limit.MaxWait = cmp.Or(df.MaxWait, -1) // 0s: only a slot due now
 	}
-	inRange(p, path+".concurrency", df.Concurrency, 0, MaxConcurrency)
-	lease := DefaultLease
-	if inRange(p, path+".lease", df.Lease, time.Millisecond, MaxDuration) {
-		lease = df.Lease
-	}
-	if inRange(p, path+".timeout", df.Timeout, time.Millisecond, MaxDuration) {
-		d.Timeout = df.Timeout
-	}
+	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
+	inRange(p, path+".lease", df.Lease, time.Millisecond, MaxDuration)
+	inRange(p, path+".timeout", df.Timeout, time.Millisecond, MaxDuration)
 	if p.has(path + ".headers") {
 		d.Headers = p.headers(df.Headers, path+".headers")
 	}
@@ -197,29 +182,24 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 		return d, false
 	}
 	if df.Concurrency > 0 {
-		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: lease}
+		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: cmp.Or(df.Lease, throttle.DefaultLease)}
 	}
 	return d, true
 }
 
 // pace checks the rate, per and burst of a downstream or of one of its
 // also rates, at path, each defaulted when absent, and all three together
-// as the throttle will: as a GCRA policy, which may find them too
-// fine-grained to count exactly.
+// as a GCRA policy, as the throttle will use them.
 func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) throttle.Limit {
-	l, before := throttle.Limit{Rate: rate, Per: DefaultPer, Burst: DefaultBurst}, len(p.errs)
+	l, before := throttle.Limit{Rate: rate, Per: cmp.Or(per, time.Second), Burst: cmp.Or(burst, 1)}, len(p.errs)
 	if !p.has(path + ".rate") {
 		p.add(p.keys[path].key, path+".rate", nil, "required: the units allowed per `per`, at least 1")
 	}
 	inRange(p, path+".rate", rate, 1, algorithms.MaxLimit)
-	if inRange(p, path+".per", per, algorithms.MinPeriod, algorithms.MaxPeriod) {
-		if l.Per = per; per%time.Microsecond != 0 {
-			p.add(p.value(path+".per"), path+".per", nil, "must be a whole number of microseconds, got %s", per)
-		}
+	if inRange(p, path+".per", per, algorithms.MinPeriod, algorithms.MaxPeriod) && per%time.Microsecond != 0 {
+		p.add(p.value(path+".per"), path+".per", nil, "must be a whole number of microseconds, got %s", per)
 	}
-	if inRange(p, path+".burst", burst, 1, algorithms.MaxLimit) {
-		l.Burst = burst
-	}
+	inRange(p, path+".burst", burst, 1, algorithms.MaxLimit)
 	if len(p.errs) == before && !p.keys[path].flawed {
 		if err := (algorithms.Policy{Algorithm: algorithms.GCRA, Limit: l.Rate, Period: l.Per, Burst: l.Burst}).Validate(); err != nil {
 			p.policy(err, path, map[string]string{"limit": "rate", "period": "per"})
@@ -228,11 +208,9 @@ func (p *parser) pace(path string, rate int64, per time.Duration, burst int64) t
 	return l
 }
 
-// headers checks a downstream's headers: names that are HTTP tokens, given
-// once whatever their case, and values, once each ${VAR} in them is
-// replaced by the environment variable's value, without control
-// characters but tab. Messages name the header and the variable, never a
-// value. The names are returned canonical (http.CanonicalHeaderKey).
+// headers checks a downstream's headers (docs/policy.md, "Credentials") and
+// returns them with canonical names and each ${VAR} expanded. Messages name
+// the header and the variable, never a value.
 func (p *parser) headers(e entries[string], path string) map[string]string {
 	out := make(map[string]string, len(e))
 	seen := map[string]string{} // canonical name -> the name as written
@@ -295,17 +273,13 @@ func expandEnv(s string) (string, error) {
 }
 
 func (p *parser) tenant(tf *tenantFile, id, path string) (Tenant, bool) {
-	t := Tenant{ID: id, Weight: DefaultWeight}
+	t := Tenant{ID: id, Weight: int(cmp.Or(tf.Weight, 1)), Class: tf.Class}
 	before := len(p.errs)
 	if p.keys[path].bad {
 		return t, false
 	}
-	if inRange(p, path+".weight", tf.Weight, 1, MaxWeight) {
-		t.Weight = int(tf.Weight)
-	}
-	if n := p.value(path + ".class"); n != nil && names.Valid(tf.Class, 32, "") {
-		t.Class = tf.Class
-	} else if n != nil {
+	inRange(p, path+".weight", tf.Weight, 1, 100)
+	if n := p.value(path + ".class"); n != nil && !names.Valid(tf.Class, 32, "") {
 		p.add(n, path+".class", nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(tf.Class, 40))
 	}
 	if len(p.errs) > before || p.keys[path].flawed {
