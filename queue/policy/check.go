@@ -12,7 +12,7 @@ import (
 
 // ErrUnknownDownstream is wrapped by CheckJob's and ResolveHTTP's error
 // for a job that names a downstream the policy file does not have.
-var ErrUnknownDownstream = errors.New("sluice: unknown downstream")
+var ErrUnknownDownstream = errors.New("unknown downstream")
 
 // CheckJob refuses a job that the workers of this policy could never run,
 // so that the producer says so at enqueue instead of a worker archiving

@@ -55,7 +55,7 @@ tenants:
 	// acme sliding_window_log 10/1s weight 2
 	// default token_bucket 100/1m0s weight 1
 	// shopify <nil>
-	// sluice: URL not allowed: no downstream's base_url covers "https://example.myshopify.com/admin/apiX"
+	// URL not allowed: no downstream's base_url covers "https://example.myshopify.com/admin/apiX"
 	// queue default bound 1000
 }
 
@@ -108,7 +108,7 @@ downstreams:
 	// Output:
 	// <nil>
 	// cost 900 exceeds downstream "openai"'s burst of 500, so no slot could ever hold it: sluice: cost exceeds the policy's capacity
-	// sluice: unknown downstream "anthropic": the policy file has no such downstream
+	// unknown downstream "anthropic": the policy file has no such downstream
 }
 
 // Load's errors start with the path it was given.

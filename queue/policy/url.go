@@ -15,7 +15,7 @@ import (
 
 // ErrURLNotAllowed is wrapped by every error of DownstreamFor: the URL is
 // not one that the built-in HTTP job may call.
-var ErrURLNotAllowed = errors.New("sluice: URL not allowed")
+var ErrURLNotAllowed = errors.New("URL not allowed")
 
 // parseURL parses s by the rules that a base_url and the URL of an HTTP
 // job share (docs/policy.md). Its errors quote the URL's origin and path,

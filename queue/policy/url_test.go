@@ -127,18 +127,18 @@ func TestDownstreamFor(t *testing.T) {
 func TestDownstreamForMessages(t *testing.T) {
 	cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  api: {rate: 1, base_url: http://a.com/api}"))
 	for url, want := range map[string]string{
-		"http://evil.com/x?token=secret": `sluice: URL not allowed: no downstream's base_url covers "http://evil.com/x"`,
-		"http://u:secret@a.com/api":      `sluice: URL not allowed: "http://a.com/api" carries user info (user@ or user:password@); send credentials in headers`,
-		"http://a.com/api/../x?k=secret": `sluice: URL not allowed: "http://a.com/api/../x" has a . or .. path segment`,
-		"/api":                           `sluice: URL not allowed: not an absolute http or https URL such as https://api.example.com/v1/; got scheme ""`,
-		"http://a b/?secret":             `sluice: URL not allowed: not a valid URL: invalid character in host name`,
+		"http://evil.com/x?token=secret": `URL not allowed: no downstream's base_url covers "http://evil.com/x"`,
+		"http://u:secret@a.com/api":      `URL not allowed: "http://a.com/api" carries user info (user@ or user:password@); send credentials in headers`,
+		"http://a.com/api/../x?k=secret": `URL not allowed: "http://a.com/api/../x" has a . or .. path segment`,
+		"/api":                           `URL not allowed: not an absolute http or https URL such as https://api.example.com/v1/; got scheme ""`,
+		"http://a b/?secret":             `URL not allowed: not a valid URL: invalid character in host name`,
 		// A password with a "/" or a port followed by more: net/url
 		// quotes the text it took for a port.
-		"http://u:secret/x@a.com/api":            `sluice: URL not allowed: not a valid URL: invalid port after host`,
-		"http://a.com:8092:secret/api":           `sluice: URL not allowed: not a valid URL: invalid port after host`,
-		"http://a.com:70000/api?k=secret":        `sluice: URL not allowed: "http://a.com:70000/api": port "70000" must be between 1 and 65535`,
-		"http://a.com/api/..;/x?k=secret":        `sluice: URL not allowed: "http://a.com/api/..;/x" has a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)`,
-		"http://a.com/api/%252e%252e/x?k=secret": `sluice: URL not allowed: "http://a.com/api/%252e%252e/x" has a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)`,
+		"http://u:secret/x@a.com/api":            `URL not allowed: not a valid URL: invalid port after host`,
+		"http://a.com:8092:secret/api":           `URL not allowed: not a valid URL: invalid port after host`,
+		"http://a.com:70000/api?k=secret":        `URL not allowed: "http://a.com:70000/api": port "70000" must be between 1 and 65535`,
+		"http://a.com/api/..;/x?k=secret":        `URL not allowed: "http://a.com/api/..;/x" has a ; in its path (a path parameter to some servers: /api/..;/x is /x to Tomcat)`,
+		"http://a.com/api/%252e%252e/x?k=secret": `URL not allowed: "http://a.com/api/%252e%252e/x" has a %25 that encodes a dot or a slash in its path (a server that decodes twice reads . or /)`,
 	} {
 		_, err := cfg.DownstreamFor(url)
 		if err == nil || err.Error() != want {
