@@ -133,17 +133,11 @@ func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {
 	}
 }
 
-// get returns what is known of key's pause, if anything.
-func (p *pauseBoard) get(key string) (pauseEnd, bool) {
+// get returns what is known of key's pause (the zero pauseEnd, which
+// voids nothing, when nothing is) and a channel closed at the next
+// announcement.
+func (p *pauseBoard) get(key string) (pauseEnd, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e, ok := p.ends[key]
-	return e, ok
-}
-
-// signal returns a channel closed at the next announcement.
-func (p *pauseBoard) signal() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.notify
+	return p.ends[key], p.notify
 }

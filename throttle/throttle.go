@@ -35,11 +35,6 @@ const (
 	// DefaultMaxWait is the longest a reserved slot may be away when
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
-	// LeasePoll is how often AcquireWait asks Redis again for a lease
-	// when it cannot hear other processes' releases; LeasePollSubscribed
-	// when it can (Options.Subscribe), as a safety net for a lost message.
-	LeasePoll           = 100 * time.Millisecond
-	LeasePollSubscribed = time.Second
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -76,9 +71,6 @@ func (l Limit) WaitLimit() time.Duration {
 	}
 	return max(l.MaxWait, 0)
 }
-
-// PerSecond returns a Limit of n evenly spaced units per second.
-func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
 
 // MaxAlso is the most rates Limit.Also may list.
 const MaxAlso = 4
@@ -127,7 +119,6 @@ type bucket struct {
 	rate   Rate  // as given, with Per and Burst filled in
 	rl, pr int64 // the rate in lowest terms: rl units per pr µs
 	burst  int64
-	args   [3]string // rl, pr and burst, as the scripts take them
 }
 
 // cost is what a call of cost n takes from b.
@@ -149,9 +140,6 @@ func (r Rate) compile() (bucket, error) {
 	}
 	b := bucket{rate: r, burst: r.Burst}
 	b.rl, b.pr = ratio.Reduce(r.Rate, int64(r.Per/time.Microsecond))
-	for i, v := range []int64{b.rl, b.pr, b.burst} {
-		b.args[i] = strconv.FormatInt(v, 10)
-	}
 	return b, nil
 }
 
@@ -242,7 +230,7 @@ type Throttle struct {
 	local     *localBuckets // nil: fail closed
 	pauses    *pauseBoard
 	releases  *releaseLine
-	leasePoll time.Duration    // LeasePoll or LeasePollSubscribed
+	leasePoll time.Duration    // how often AcquireWait asks again, as a safety net when it hears releases
 	hostNow   func() time.Time // the host's clock: only for local deadlines
 	stop      func()
 	wg        sync.WaitGroup
@@ -263,7 +251,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	t := &Throttle{
 		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
 		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
-		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: LeasePoll,
+		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: 100 * time.Millisecond,
 		hostNow: time.Now, stop: func() {},
 	}
 	if t.metrics == nil {
@@ -273,7 +261,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		t.local = &localBuckets{share: opts.Fallback, m: make(map[string]*localBucket)}
 	}
 	if opts.Subscribe {
-		t.leasePoll = LeasePollSubscribed
+		t.leasePoll = time.Second
 		t.subscribe()
 	}
 	return t, nil
@@ -407,9 +395,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	args := []any{c.args[0], c.args[1], c.args[2], n, c.maxWait, flag(book), t.now()}
+	// go-redis sends an int64 in decimal and a bool as 1 or 0, as the
+	// scripts read them.
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, t.now()}
 	for _, b := range c.also {
-		args = append(args, b.args[0], b.args[1], b.args[2], b.cost(n))
+		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
 	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, args...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
@@ -461,14 +451,6 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	return r, nil
 }
 
-// flag is a boolean script argument.
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
-
 // Cancel gives back a reservation that will not be used, and reports
 // whether the slot came back: only while no later reservation has been
 // made on the key, and never into a pause (docs/throttle.md, The verbs).
@@ -481,10 +463,10 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 		return false, err
 	}
 	c := r.compile
-	args := []any{c.args[0], r.pr, r.n, r.a, r.f, c.args[2]}
+	args := []any{c.rl, r.pr, r.n, r.a, r.f, c.burst}
 	for i, b := range c.also {
 		x := r.also[i]
-		args = append(args, b.args[0], x.pr, b.cost(r.n), x.a, x.f, b.args[2])
+		args = append(args, b.rl, x.pr, b.cost(r.n), x.a, x.f, b.burst)
 	}
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
 	if err != nil {
@@ -521,7 +503,8 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
 	for {
-		if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
+		e, announced := t.pauses.get(r.key)
+		if e.voids(r, due, t.hostNow()) {
 			return false, nil
 		}
 		d := due.Sub(t.hostNow())
@@ -537,7 +520,7 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 			}
 			return false, ctx.Err()
 		case <-timer.C:
-		case <-t.pauses.signal():
+		case <-announced:
 			timer.Stop()
 		}
 	}
@@ -590,9 +573,9 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, err
 	}
 	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	args := []any{c.args[0], c.args[1], c.args[2], us, t.now(), flag(slow)}
+	args := []any{c.rl, c.pr, c.burst, us, t.now(), slow}
 	for _, b := range c.also {
-		args = append(args, b.args[0], b.args[1], b.args[2])
+		args = append(args, b.rl, b.pr, b.burst)
 	}
 	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, args...).Int64Slice()
 	if err != nil {

@@ -180,7 +180,7 @@ func TestBadLimitsAndCosts(t *testing.T) {
 			t.Errorf("Reserve(%+v, %d) succeeded", c.lim, c.n)
 		}
 	}
-	if _, err := th.Reserve(ctx, "", PerSecond(1), 1); err == nil {
+	if _, err := th.Reserve(ctx, "", Limit{Rate: 1}, 1); err == nil {
 		t.Error("empty key accepted")
 	}
 	if keys := m.Keys(); len(keys) != 0 {
@@ -193,7 +193,7 @@ func TestCancelGivesBackTheLastSlot(t *testing.T) {
 		clock := &fakeClock{t: base}
 		th := newThrottle(t, client, clock.Now, nil)
 		ctx := context.Background()
-		lim := PerSecond(10)
+		lim := Limit{Rate: 10}
 		if _, err := th.Reserve(ctx, "k", lim, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestCancelNeverReopensAPause(t *testing.T) {
 		clock := &fakeClock{t: base}
 		th := newThrottle(t, client, clock.Now, nil)
 		ctx := context.Background()
-		lim := PerSecond(1)
+		lim := Limit{Rate: 1}
 		lim.MaxWait = 10 * time.Second
 		steps := []struct {
 			do        string
@@ -328,17 +328,17 @@ func TestFailClosedAndFallback(t *testing.T) {
 	ctx := context.Background()
 
 	closed := newThrottle(t, client, nil, nil)
-	if _, err := closed.Reserve(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+	if _, err := closed.Reserve(ctx, "k", Limit{Rate: 10}, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Reserve without Redis: %v; want ErrUnavailable", err)
 	}
-	if _, err := closed.Wait(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+	if _, err := closed.Wait(ctx, "k", Limit{Rate: 10}, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Wait without Redis: %v; want ErrUnavailable", err)
 	}
 
 	half := newThrottle(t, client, nil, &Options{Fallback: 0.5})
 	var due []time.Time
 	for i := 0; i < 4; i++ {
-		r, err := half.Reserve(ctx, "k", PerSecond(10), 1)
+		r, err := half.Reserve(ctx, "k", Limit{Rate: 10}, 1)
 		if err != nil || !r.OK || !r.Local {
 			t.Fatalf("fallback reserve %d: %+v, %v", i, r, err)
 		}
