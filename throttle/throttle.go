@@ -395,13 +395,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	// go-redis sends an int64 in decimal and a bool as 1 or 0, as the
-	// scripts read them.
-	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, t.now()}
-	for _, b := range c.also {
-		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, args...).Int64Slice()
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -449,6 +443,17 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.paced(c, r.Share)
 	}
 	return r, nil
+}
+
+// reserveArgs are the reserve script's arguments for a call of cost n.
+// go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
+// read them.
+func (c compiled) reserveArgs(n int64, book bool, now string) []any {
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now}
+	for _, b := range c.also {
+		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
+	}
+	return args
 }
 
 // Cancel gives back a reservation that will not be used, and reports
