@@ -258,7 +258,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
 	}
 	if opts.Fallback > 0 {
-		t.local = &localBuckets{share: opts.Fallback, m: make(map[string]*localBucket)}
+		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
 	}
 	if opts.Subscribe {
 		t.leasePoll = time.Second
@@ -402,7 +402,8 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		if unreachable(err) && t.local != nil {
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
-			r := t.local.reserve(key, c, n, book, now)
+			pause, _ := t.pauses.get(key)
+			r := t.local.reserve(key, c, n, book, now, pause.expires)
 			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.local.share
 			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 			return r, nil
@@ -588,9 +589,6 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 			// Nobody can take a slot from Redis now anyway; pause what
 			// this process controls.
 			now := t.hostNow()
-			if t.local != nil {
-				t.local.pause(key, now.Add(d))
-			}
 			t.pauses.set(key, pauseEnd{guess: now.Add(d), expires: now.Add(d)}, now)
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

@@ -351,6 +351,26 @@ func TestFailClosedAndFallback(t *testing.T) {
 			t.Fatalf("fallback slots %v apart; want at least 200ms", gap)
 		}
 	}
+
+	// The fallback keeps to the pauses this process knows of: one set
+	// while Redis is out of reach, and one set before it went.
+	if d, err := half.Pause(ctx, "p", Limit{Rate: 10}, time.Minute); d != time.Minute || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Pause without Redis: %v, %v; want a minute and ErrUnavailable", d, err)
+	}
+	live := miniredis.RunT(t)
+	liveClient := redis.NewClient(&redis.Options{Addr: live.Addr(), MaxRetries: -1, DialTimeout: 200 * ms, DialerRetries: 1})
+	defer liveClient.Close()
+	before := newThrottle(t, liveClient, nil, &Options{Fallback: 0.5})
+	if _, err := before.Pause(ctx, "p", Limit{Rate: 10}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	live.Close()
+	for _, th := range []*Throttle{half, before} {
+		r, err := th.Reserve(ctx, "p", Limit{Rate: 10, MaxWait: 2 * time.Minute}, 1)
+		if err != nil || !r.Local || r.Paused < 50*time.Second || r.Delay < r.Paused {
+			t.Fatalf("fallback reserve in a pause: %+v, %v; want a slot after the pause", r, err)
+		}
+	}
 }
 
 // TestKeyLivesAsLongAsItsBookings: the bucket's TTL always covers the
