@@ -162,10 +162,6 @@ type releaseLine struct {
 	waiting map[string][]chan struct{}
 }
 
-func newReleaseLine() *releaseLine {
-	return &releaseLine{waiting: make(map[string][]chan struct{})}
-}
-
 // wait joins key's line. The channel is closed when this caller's turn
 // comes; leave takes it out of the line if it stops waiting first.
 func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {

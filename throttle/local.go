@@ -91,10 +91,6 @@ func (e pauseEnd) merge(o pauseEnd) (pauseEnd, bool) {
 	return e, grew
 }
 
-func newPauseBoard() *pauseBoard {
-	return &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})}
-}
-
 // set records a pause of key, keeping what is known of a longer one, and
 // forgets the pauses that expired by now (the host's clock).
 func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {

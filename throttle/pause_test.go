@@ -279,7 +279,7 @@ func TestPauseResumesPacedWithoutGaps(t *testing.T) {
 		c, _ := lim.compile()
 		var places []int64
 		for _, r := range used {
-			places = append(places, (r.a-p)*c.rl+r.f-c.burst*c.pr)
+			places = append(places, (r.tats[0].a-p)*c.rl+r.tats[0].f-c.burst*c.pr)
 		}
 		slices.Sort(places)
 		if len(places) != 12 {

@@ -251,8 +251,9 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	t := &Throttle{
 		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
 		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
-		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: 100 * time.Millisecond,
-		hostNow: time.Now, stop: func() {},
+		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
+		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
+		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
 	}
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
@@ -320,13 +321,11 @@ type Reservation struct {
 
 	key     string
 	n       int64
-	a, f    int64 // the bucket's TAT after this reservation, to cancel it
-	pr      int64 // the interval's numerator it was paced at (compile.pr at full share)
-	queued  bool  // booked on Redis: a and f are set
+	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
+	queued  bool  // booked on Redis: tats are set
 	booked  time.Time
 	compile compiled
 	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
-	also    []tat // with Limit.Also: each further bucket after this reservation
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
@@ -338,12 +337,12 @@ type tat struct{ a, f, pr int64 }
 // left, rounded up to a µs (docs/throttle.md, Pauses, says why that is
 // exact for a pause's end). With Limit.Also the reply gave the slot.
 func (r Reservation) before(end int64) bool {
-	c := r.compile
+	c, x := r.compile, r.tats[0]
 	if len(c.also) > 0 {
 		return r.slot < end
 	}
 	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
-	return (r.a-end+1)*c.rl+r.f-c.burst*r.pr <= 0
+	return (x.a-end+1)*c.rl+x.f-c.burst*x.pr <= 0
 }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
@@ -426,13 +425,13 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
-		key:    key, n: n, a: v[4], f: v[5], pr: v[6], booked: booked, compile: c,
+		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6]}}, booked: booked, compile: c,
 		queued: book && v[0] == 1,
 	}
 	if len(c.also) > 0 {
 		r.slot = v[8]
 		for i := 9; i < len(v); i += 3 {
-			r.also = append(r.also, tat{a: v[i], f: v[i+1], pr: v[i+2]})
+			r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
 		}
 	}
 	if !r.OK {
@@ -468,10 +467,9 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	c := r.compile
-	args := []any{c.rl, r.pr, r.n, r.a, r.f, c.burst}
-	for i, b := range c.also {
-		x := r.also[i]
+	var args []any
+	for i, b := range append([]bucket{r.compile.bucket}, r.compile.also...) {
+		x := r.tats[i]
 		args = append(args, b.rl, x.pr, b.cost(r.n), x.a, x.f, b.burst)
 	}
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
@@ -544,7 +542,7 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 // intervals, and at least 5 ms.
 func (r Reservation) maxLate() time.Duration {
 	c := r.compile
-	return max(time.Duration(c.burst*r.pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
+	return max(time.Duration(c.burst*r.tats[0].pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
 }
 
 // Pause stops every worker from starting a call on key for d. A longer
