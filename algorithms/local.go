@@ -100,7 +100,8 @@ func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Deci
 	case s.write && s.next == nil:
 		delete(l.keys, key)
 	case s.write:
-		l.keys[key] = localEntry{state: s.next, expires: now + ttlMillis(s.ttl)*1000}
+		// Gone when the Redis key would be: PEXPIRE in ms, rounded up, at least 1.
+		l.keys[key] = localEntry{state: s.next, expires: now + max(ceilDiv(s.ttl, 1000), 1)*1000}
 	}
 	return s.res.decision(l.c.capacity), nil
 }

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -55,15 +56,6 @@ func ceilDiv(a, b int64) int64 {
 	return -floorDiv(-a, b)
 }
 
-// ttlMillis is the PEXPIRE argument for a lifetime of us microseconds:
-// rounded up, at least 1.
-func ttlMillis(us int64) int64 {
-	if us <= 0 {
-		return 1
-	}
-	return ceilDiv(us, 1000)
-}
-
 // fwState is a fixed window's state: the index of the window (now / period)
 // and what it has admitted.
 type fwState struct{ win, count int64 }
@@ -111,16 +103,12 @@ func (c *params) slidingLog(state any, now, n int64, consume bool) (s step) {
 		s.res.retry = live[count+n-c.limit-1] + c.period - now
 	}
 	if consume {
-		next := append(make([]int64, 0, len(live)+int(n)), live...)
-		if s.res.allowed {
-			for range n {
-				next = append(next, now)
-			}
+		if s.res.allowed { // a new slice: the stored one is never changed
+			live = slices.Concat(live, slices.Repeat([]int64{now}, int(n)))
 		}
-		live = next
 		s.write = true
-		if len(next) > 0 {
-			s.next = next
+		if len(live) > 0 {
+			s.next = live
 		}
 	}
 	s.res.remaining = c.limit - int64(len(live))

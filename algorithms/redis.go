@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -39,7 +40,6 @@ type Redis struct {
 	kind   string
 	prefix string
 	clock  func() time.Time
-	args   [5]string // the policy's constant ARGV entries 1 to 5
 }
 
 // NewRedis returns a limiter for p on client (a *redis.Client,
@@ -53,13 +53,10 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 	if client == nil {
 		return nil, fmt.Errorf("sluice: NewRedis: nil client")
 	}
-	r := &Redis{p: p, c: c, client: client, prefix: DefaultPrefix}
-	if opts != nil {
-		if opts.Prefix != "" {
-			r.prefix = opts.Prefix
-		}
-		r.clock = opts.Clock
+	if opts == nil {
+		opts = &RedisOptions{}
 	}
+	r := &Redis{p: p, c: c, client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.Clock}
 	switch p.Algorithm {
 	case FixedWindow:
 		r.script, r.kind = scripts.FixedWindow, "fw"
@@ -72,7 +69,6 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 	case GCRA:
 		r.script, r.kind = scripts.GCRA, "gcra"
 	}
-	r.args, _ = p.ScriptArgs() // compile succeeded above
 	return r, nil
 }
 
@@ -91,12 +87,12 @@ func (r *Redis) Key(key string) (string, error) {
 
 // AllowN admits n units for key, or refuses them without consuming.
 func (r *Redis) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return r.do(ctx, key, n, "1")
+	return r.do(ctx, key, n, true)
 }
 
 // PeekN reports what AllowN would decide now, without consuming.
 func (r *Redis) PeekN(ctx context.Context, key string, n int64) (Decision, error) {
-	return r.do(ctx, key, n, "0")
+	return r.do(ctx, key, n, false)
 }
 
 // Reset deletes key's state.
@@ -108,7 +104,7 @@ func (r *Redis) Reset(ctx context.Context, key string) error {
 	return r.client.Eval(ctx, "return redis.call('DEL', KEYS[1])", []string{k}).Err()
 }
 
-func (r *Redis) do(ctx context.Context, key string, n int64, consume string) (Decision, error) {
+func (r *Redis) do(ctx context.Context, key string, n int64, consume bool) (Decision, error) {
 	if err := r.c.check(key, n); err != nil {
 		return Decision{}, err
 	}
@@ -120,7 +116,9 @@ func (r *Redis) do(ctx context.Context, key string, n int64, consume string) (De
 	if r.clock != nil {
 		now = strconv.FormatInt(r.clock().UnixMicro(), 10)
 	}
-	args := []any{r.args[0], r.args[1], r.args[2], r.args[3], r.args[4], strconv.FormatInt(n, 10), consume, now}
+	// go-redis sends an int64 in decimal and a bool as 1 or 0, as the
+	// scripts read them.
+	args := []any{r.c.limit, r.c.period, r.c.capacity, r.c.rl, r.c.pr, n, consume, now}
 	v, err := r.script.Run(ctx, r.client, []string{k}, args...).Int64Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("sluice: %s on redis: %w", r.p.Algorithm, err)

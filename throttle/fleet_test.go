@@ -141,7 +141,7 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 							return
 						}
 						mu.Lock()
-						tats = append(tats, r.a)
+						tats = append(tats, r.tats[0].a)
 						mu.Unlock()
 					}
 				}()

@@ -115,7 +115,8 @@ func (l *Lease) Release(ctx context.Context) error {
 // AcquireWait leases one of c.Max slots of key, waiting up to maxWait
 // for one to be released, else returning the last *BusyError; a maxWait
 // of zero or less tries once. It looks again at a release it hears of,
-// when the earliest lease runs out, or after LeasePoll.
+// when the earliest lease runs out, or after a poll interval (100 ms;
+// 1 s with Options.Subscribe).
 func (t *Throttle) AcquireWait(ctx context.Context, key string, c Concurrency, maxWait time.Duration) (*Lease, error) {
 	deadline := t.hostNow().Add(maxWait)
 	for {
@@ -159,10 +160,6 @@ func (t *Throttle) releaseChannel() string { return t.prefix + ":releases" }
 type releaseLine struct {
 	mu      sync.Mutex
 	waiting map[string][]chan struct{}
-}
-
-func newReleaseLine() *releaseLine {
-	return &releaseLine{waiting: make(map[string][]chan struct{})}
 }
 
 // wait joins key's line. The channel is closed when this caller's turn

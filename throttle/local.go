@@ -10,32 +10,25 @@ import (
 type localBuckets struct {
 	share float64
 	mu    sync.Mutex
-	m     map[string]*localBucket
+	tats  map[string]time.Time // when each key's bucket would next be empty
 	ops   int
 }
 
-type localBucket struct {
-	tat    time.Time // when the bucket would next be empty
-	paused time.Time
-}
-
-func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now time.Time) Reservation {
+// reserve books n units of key (or, unless book, says what it would book)
+// at now, with the key paused until pausedUntil as this process knows.
+func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, pausedUntil time.Time) Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sweep(now)
-	b := l.m[key]
-	if b == nil {
-		b = &localBucket{}
-	}
 	iv := time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
-	tat := b.tat
+	tat := l.tats[key]
 	if tat.Before(now) {
 		tat = now
 	}
 	r := Reservation{Local: true}
-	if b.paused.After(now) {
-		r.Paused = b.paused.Sub(now)
-		if start := b.paused.Add(time.Duration(c.burst-1) * iv); tat.Before(start) {
+	if pausedUntil.After(now) {
+		r.Paused = pausedUntil.Sub(now)
+		if start := pausedUntil.Add(time.Duration(c.burst-1) * iv); tat.Before(start) {
 			tat = start
 		}
 	}
@@ -47,36 +40,22 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now t
 	}
 	r.OK, r.Delay = true, delay
 	if book {
-		b.tat = next
-		l.m[key] = b
+		l.tats[key] = next
 	}
 	return r
-}
-
-func (l *localBuckets) pause(key string, until time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.m[key]
-	if b == nil {
-		b = &localBucket{}
-		l.m[key] = b
-	}
-	if until.After(b.paused) {
-		b.paused = until
-	}
 }
 
 // sweep drops idle buckets now and then, so that many keys do not pile up.
 // Callers hold l.mu.
 func (l *localBuckets) sweep(now time.Time) {
 	l.ops++
-	if l.ops < 1024 && len(l.m) < 4096 {
+	if l.ops < 1024 && len(l.tats) < 4096 {
 		return
 	}
 	l.ops = 0
-	for k, b := range l.m {
-		if b.tat.Before(now) && b.paused.Before(now) {
-			delete(l.m, k)
+	for k, tat := range l.tats {
+		if tat.Before(now) {
+			delete(l.tats, k)
 		}
 	}
 }
@@ -112,10 +91,6 @@ func (e pauseEnd) merge(o pauseEnd) (pauseEnd, bool) {
 	return e, grew
 }
 
-func newPauseBoard() *pauseBoard {
-	return &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})}
-}
-
 // set records a pause of key, keeping what is known of a longer one, and
 // forgets the pauses that expired by now (the host's clock).
 func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {
@@ -133,17 +108,11 @@ func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {
 	}
 }
 
-// get returns what is known of key's pause, if anything.
-func (p *pauseBoard) get(key string) (pauseEnd, bool) {
+// get returns what is known of key's pause (the zero pauseEnd, which
+// voids nothing, when nothing is) and a channel closed at the next
+// announcement.
+func (p *pauseBoard) get(key string) (pauseEnd, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e, ok := p.ends[key]
-	return e, ok
-}
-
-// signal returns a channel closed at the next announcement.
-func (p *pauseBoard) signal() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.notify
+	return p.ends[key], p.notify
 }

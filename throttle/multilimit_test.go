@@ -245,7 +245,7 @@ func TestSeveralLimitsFields(t *testing.T) {
 			lim  Limit
 			want []string
 		}{
-			{"one", PerSecond(10), []string{"a", "e", "f"}},
+			{"one", Limit{Rate: 10}, []string{"a", "e", "f"}},
 			{"three", Limit{Rate: 10, Also: []Rate{{Rate: 100, Per: time.Minute}, {Rate: 1000, Per: time.Hour}}}, []string{"a", "a1", "a2", "e", "f", "f1", "f2"}},
 		} {
 			if _, err := th.Reserve(ctx, c.key, c.lim, 1); err != nil {

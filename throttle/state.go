@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/keyspace"
+	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // State is what Redis holds for one key, read without changing it: for a
@@ -49,14 +48,13 @@ func (s State) Paused() time.Duration {
 	return max(s.PausedUntil.Sub(s.Now), 0)
 }
 
-// State reads key's bucket under lim and its concurrency leases: one
-// round trip of three commands (TIME, HMGET of the bucket's hash, ZRANGE
-// of the leases: at most the cap, and those run out since the last
-// Acquire). It computes
-// the share as the reserve script does (prelude.lua's share and paced)
-// and books nothing. A key never used reads as a full share, no pause and
-// no leases.
+// State reads key's bucket under lim and its concurrency leases in one
+// round trip, booking nothing: the reserve script, peeking, answers the
+// next slot and the share; TIME, HMGET and ZRANGE the clock, the pause,
+// the ceiling and the leases still held. A key never used reads as a full
+// share, no pause and no leases.
 func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, error) {
+	lim.MaxWait = -1 // the script answers a slot later than now with its delay as the retry
 	c, err := lim.compile()
 	if err != nil {
 		return State{}, err
@@ -65,88 +63,44 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	if err != nil {
 		return State{}, err
 	}
-	ck, err := keyspace.Key(t.prefix, "conc", key)
+	ck, err := t.key("conc", key)
 	if err != nil {
 		return State{}, err
 	}
-	fields := []string{"p", "s", "c", "t", "a", "f"}
-	for i := range c.also {
-		n := strconv.Itoa(i + 1)
-		fields = append(fields, "a"+n, "f"+n)
-	}
 	pipe := t.client.Pipeline()
+	peek := scripts.ThrottleReserve.Eval(ctx, pipe, []string{rk}, c.reserveArgs(1, false, t.now())...)
 	tm := pipe.Time(ctx)
-	hm := pipe.HMGet(ctx, rk, fields...)
-	// Leases are scored by their expiry: those still running are counted
-	// once the clock is known.
-	leases := pipe.ZRangeWithScores(ctx, ck, 0, -1)
+	hm := pipe.HMGet(ctx, rk, "p", "c", "t")
+	leases := pipe.ZRangeWithScores(ctx, ck, 0, -1) // scored by their expiry
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return State{}, fmt.Errorf("sluice: throttle state: %w", err)
+	}
+	v, err := peek.Int64Slice()
+	if err != nil || len(v) < 8 {
+		return State{}, fmt.Errorf("sluice: throttle state: unexpected reply %v (%v)", v, err)
 	}
 	now := tm.Val().UnixMicro()
 	if t.clock != nil {
 		now = t.clock().UnixMicro()
 	}
-	v := make([]int64, len(fields))
-	have := make([]bool, len(fields))
+	var f [3]int64 // p, c, t
 	for i, x := range hm.Val() {
-		if s, ok := x.(string); ok {
-			v[i], _ = strconv.ParseInt(s, 10, 64)
-			have[i] = true
-		}
+		s, _ := x.(string)
+		f[i], _ = strconv.ParseInt(s, 10, 64)
 	}
-	st := State{Now: time.UnixMicro(now), Share: 1, Ceiling: 1}
-	if have[0] && v[0] > now {
-		st.PausedUntil = time.UnixMicro(v[0])
+	st := State{Now: time.UnixMicro(now), Share: float64(v[7]) / shareFull, Ceiling: 1, Next: time.Duration(v[2]) * time.Microsecond}
+	st.PerSecond = c.perSecond(st.Share)
+	if f[0] > now {
+		st.PausedUntil = time.UnixMicro(f[0])
 	}
-	sh := int64(shareFull)
-	if have[3] {
-		var ceil float64
-		sh, ceil = share(v[1], v[2], v[3], now)
-		st.Share, st.Ceiling = float64(sh)/shareFull, ceil/shareFull
+	if hm.Val()[2] != nil {
+		// prelude.lua's share: the ceiling creeps back at 1% a minute.
+		st.Ceiling = min(shareFull, float64(f[1])+float64(max(now-f[2], 0))*100/60e6) / shareFull
 	}
-	st.PerSecond = float64(c.rl) / float64(c.pr) * 1e6 * st.Share
-	// Each bucket's delay for one unit, as throttle_reserve.lua computes
-	// it; the call's is the latest.
-	next := int64(0)
-	delay := func(rl, pr, burst, n int64, a, f int64, set bool) {
-		if !set || a < now {
-			a, f = now, 0
-		}
-		pr = paced(pr, sh)
-		early := (a-now)*rl + f + n*pr - burst*pr
-		if early > 0 {
-			next = max(next, (early+rl-1)/rl)
-		}
-	}
-	delay(c.rl, c.pr, c.burst, 1, v[4], v[5], have[4])
-	for i, b := range c.also {
-		delay(b.rl, b.pr, b.burst, b.cost(1), v[6+2*i], v[7+2*i], have[6+2*i])
-	}
-	st.Next = time.Duration(next) * time.Microsecond
 	for _, z := range leases.Val() {
 		if int64(z.Score) > now {
 			st.Leases++
 		}
 	}
 	return st, nil
-}
-
-// share is prelude.lua's share: a bucket's adaptive share now, in basis
-// points, and its ceiling, from the s, c, t a slow-down left at t.
-func share(s, c, at, now int64) (int64, float64) {
-	const climb, creep = 200.0 / 1e6, 100.0 / 60e6 // a µs: 2% a second, 1% a minute
-	dt := float64(max(now-at, 0))
-	cn := math.Min(shareFull, float64(c)+dt*creep)
-	sn := math.Min(cn, float64(s)+dt*climb)
-	return int64(math.Floor(sn)), cn
-}
-
-// paced is prelude.lua's paced: the emission interval's numerator pr at
-// share sh.
-func paced(pr, sh int64) int64 {
-	if sh >= shareFull {
-		return pr
-	}
-	return int64(math.Ceil(float64(pr) * shareFull / float64(sh)))
 }

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // TestStateAgreesWithTheScripts: State reads, without booking, the same
-// next slot and share that the reserve script would answer a Peek with,
+// next slot and share that the reserve script would answer a Peek with
+// (State peeks with no allowed wait, Peek with an hour's),
 // through a backlog, a refusal and its pause, the climb back and a
 // further rate (Limit.Also); and counts the leases still held.
 func TestStateAgreesWithTheScripts(t *testing.T) {
@@ -63,7 +65,11 @@ func TestStateAgreesWithTheScripts(t *testing.T) {
 		if !st.PausedUntil.Equal(base.Add(1100*ms)) || st.Share != 0.95 || st.Ceiling != 0.98 {
 			t.Fatalf("after a refusal: %+v", st)
 		}
-		check(1150*ms, "api", lim, 0) // climbing back: 97.1%
+		// Climbing back: the share to 97.1%, the ceiling from 98% by 1% a
+		// minute.
+		if st := check(1150*ms, "api", lim, 0); st.Share != 0.971 || math.Abs(st.Ceiling-0.980175) > 1e-9 {
+			t.Fatalf("1.05 s after the refusal: %+v", st)
+		}
 		reserve(1150*ms, "api", lim)
 		check(1151*ms, "api", lim, 0)
 

@@ -35,11 +35,6 @@ const (
 	// DefaultMaxWait is the longest a reserved slot may be away when
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
-	// LeasePoll is how often AcquireWait asks Redis again for a lease
-	// when it cannot hear other processes' releases; LeasePollSubscribed
-	// when it can (Options.Subscribe), as a safety net for a lost message.
-	LeasePoll           = 100 * time.Millisecond
-	LeasePollSubscribed = time.Second
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -76,9 +71,6 @@ func (l Limit) WaitLimit() time.Duration {
 	}
 	return max(l.MaxWait, 0)
 }
-
-// PerSecond returns a Limit of n evenly spaced units per second.
-func PerSecond(n int64) Limit { return Limit{Rate: n, Per: time.Second} }
 
 // MaxAlso is the most rates Limit.Also may list.
 const MaxAlso = 4
@@ -127,7 +119,6 @@ type bucket struct {
 	rate   Rate  // as given, with Per and Burst filled in
 	rl, pr int64 // the rate in lowest terms: rl units per pr µs
 	burst  int64
-	args   [3]string // rl, pr and burst, as the scripts take them
 }
 
 // cost is what a call of cost n takes from b.
@@ -149,9 +140,6 @@ func (r Rate) compile() (bucket, error) {
 	}
 	b := bucket{rate: r, burst: r.Burst}
 	b.rl, b.pr = ratio.Reduce(r.Rate, int64(r.Per/time.Microsecond))
-	for i, v := range []int64{b.rl, b.pr, b.burst} {
-		b.args[i] = strconv.FormatInt(v, 10)
-	}
 	return b, nil
 }
 
@@ -242,7 +230,7 @@ type Throttle struct {
 	local     *localBuckets // nil: fail closed
 	pauses    *pauseBoard
 	releases  *releaseLine
-	leasePoll time.Duration    // LeasePoll or LeasePollSubscribed
+	leasePoll time.Duration    // how often AcquireWait asks again, as a safety net when it hears releases
 	hostNow   func() time.Time // the host's clock: only for local deadlines
 	stop      func()
 	wg        sync.WaitGroup
@@ -263,17 +251,18 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	t := &Throttle{
 		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
 		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
-		pauses: newPauseBoard(), releases: newReleaseLine(), leasePoll: LeasePoll,
-		hostNow: time.Now, stop: func() {},
+		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
+		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
+		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
 	}
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
 	}
 	if opts.Fallback > 0 {
-		t.local = &localBuckets{share: opts.Fallback, m: make(map[string]*localBucket)}
+		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
 	}
 	if opts.Subscribe {
-		t.leasePoll = LeasePollSubscribed
+		t.leasePoll = time.Second
 		t.subscribe()
 	}
 	return t, nil
@@ -332,13 +321,11 @@ type Reservation struct {
 
 	key     string
 	n       int64
-	a, f    int64 // the bucket's TAT after this reservation, to cancel it
-	pr      int64 // the interval's numerator it was paced at (compile.pr at full share)
-	queued  bool  // booked on Redis: a and f are set
+	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
+	queued  bool  // booked on Redis: tats are set
 	booked  time.Time
 	compile compiled
 	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
-	also    []tat // with Limit.Also: each further bucket after this reservation
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
@@ -350,12 +337,12 @@ type tat struct{ a, f, pr int64 }
 // left, rounded up to a µs (docs/throttle.md, Pauses, says why that is
 // exact for a pause's end). With Limit.Also the reply gave the slot.
 func (r Reservation) before(end int64) bool {
-	c := r.compile
+	c, x := r.compile, r.tats[0]
 	if len(c.also) > 0 {
 		return r.slot < end
 	}
 	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
-	return (r.a-end+1)*c.rl+r.f-c.burst*r.pr <= 0
+	return (x.a-end+1)*c.rl+x.f-c.burst*x.pr <= 0
 }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
@@ -407,18 +394,15 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	args := []any{c.args[0], c.args[1], c.args[2], n, c.maxWait, flag(book), t.now()}
-	for _, b := range c.also {
-		args = append(args, b.args[0], b.args[1], b.args[2], b.cost(n))
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, args...).Int64Slice()
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
 	if err != nil {
 		if unreachable(err) && t.local != nil {
 			now := t.hostNow() // the local delay counts from now, not from before the failed call
-			r := t.local.reserve(key, c, n, book, now)
+			pause, _ := t.pauses.get(key)
+			r := t.local.reserve(key, c, n, book, now, pause.expires)
 			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.local.share
 			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 			return r, nil
@@ -441,13 +425,13 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
-		key:    key, n: n, a: v[4], f: v[5], pr: v[6], booked: booked, compile: c,
+		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6]}}, booked: booked, compile: c,
 		queued: book && v[0] == 1,
 	}
 	if len(c.also) > 0 {
 		r.slot = v[8]
 		for i := 9; i < len(v); i += 3 {
-			r.also = append(r.also, tat{a: v[i], f: v[i+1], pr: v[i+2]})
+			r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
 		}
 	}
 	if !r.OK {
@@ -461,12 +445,15 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	return r, nil
 }
 
-// flag is a boolean script argument.
-func flag(b bool) string {
-	if b {
-		return "1"
+// reserveArgs are the reserve script's arguments for a call of cost n.
+// go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
+// read them.
+func (c compiled) reserveArgs(n int64, book bool, now string) []any {
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now}
+	for _, b := range c.also {
+		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
-	return "0"
+	return args
 }
 
 // Cancel gives back a reservation that will not be used, and reports
@@ -480,11 +467,10 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	c := r.compile
-	args := []any{c.args[0], r.pr, r.n, r.a, r.f, c.args[2]}
-	for i, b := range c.also {
-		x := r.also[i]
-		args = append(args, b.args[0], x.pr, b.cost(r.n), x.a, x.f, b.args[2])
+	var args []any
+	for i, b := range append([]bucket{r.compile.bucket}, r.compile.also...) {
+		x := r.tats[i]
+		args = append(args, b.rl, x.pr, b.cost(r.n), x.a, x.f, b.burst)
 	}
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
 	if err != nil {
@@ -521,7 +507,8 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
 	for {
-		if e, ok := t.pauses.get(r.key); ok && e.voids(r, due, t.hostNow()) {
+		e, announced := t.pauses.get(r.key)
+		if e.voids(r, due, t.hostNow()) {
 			return false, nil
 		}
 		d := due.Sub(t.hostNow())
@@ -537,7 +524,7 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 			}
 			return false, ctx.Err()
 		case <-timer.C:
-		case <-t.pauses.signal():
+		case <-announced:
 			timer.Stop()
 		}
 	}
@@ -555,7 +542,7 @@ func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 // intervals, and at least 5 ms.
 func (r Reservation) maxLate() time.Duration {
 	c := r.compile
-	return max(time.Duration(c.burst*r.pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
+	return max(time.Duration(c.burst*r.tats[0].pr/c.rl)*time.Microsecond/2, 5*time.Millisecond)
 }
 
 // Pause stops every worker from starting a call on key for d. A longer
@@ -590,9 +577,9 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 		return 0, err
 	}
 	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	args := []any{c.args[0], c.args[1], c.args[2], us, t.now(), flag(slow)}
+	args := []any{c.rl, c.pr, c.burst, us, t.now(), slow}
 	for _, b := range c.also {
-		args = append(args, b.args[0], b.args[1], b.args[2])
+		args = append(args, b.rl, b.pr, b.burst)
 	}
 	v, err := scripts.ThrottlePause.Run(ctx, t.client, []string{k}, args...).Int64Slice()
 	if err != nil {
@@ -600,9 +587,6 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 			// Nobody can take a slot from Redis now anyway; pause what
 			// this process controls.
 			now := t.hostNow()
-			if t.local != nil {
-				t.local.pause(key, now.Add(d))
-			}
 			t.pauses.set(key, pauseEnd{guess: now.Add(d), expires: now.Add(d)}, now)
 			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}

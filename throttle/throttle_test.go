@@ -180,7 +180,7 @@ func TestBadLimitsAndCosts(t *testing.T) {
 			t.Errorf("Reserve(%+v, %d) succeeded", c.lim, c.n)
 		}
 	}
-	if _, err := th.Reserve(ctx, "", PerSecond(1), 1); err == nil {
+	if _, err := th.Reserve(ctx, "", Limit{Rate: 1}, 1); err == nil {
 		t.Error("empty key accepted")
 	}
 	if keys := m.Keys(); len(keys) != 0 {
@@ -193,7 +193,7 @@ func TestCancelGivesBackTheLastSlot(t *testing.T) {
 		clock := &fakeClock{t: base}
 		th := newThrottle(t, client, clock.Now, nil)
 		ctx := context.Background()
-		lim := PerSecond(10)
+		lim := Limit{Rate: 10}
 		if _, err := th.Reserve(ctx, "k", lim, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestCancelNeverReopensAPause(t *testing.T) {
 		clock := &fakeClock{t: base}
 		th := newThrottle(t, client, clock.Now, nil)
 		ctx := context.Background()
-		lim := PerSecond(1)
+		lim := Limit{Rate: 1}
 		lim.MaxWait = 10 * time.Second
 		steps := []struct {
 			do        string
@@ -328,17 +328,17 @@ func TestFailClosedAndFallback(t *testing.T) {
 	ctx := context.Background()
 
 	closed := newThrottle(t, client, nil, nil)
-	if _, err := closed.Reserve(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+	if _, err := closed.Reserve(ctx, "k", Limit{Rate: 10}, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Reserve without Redis: %v; want ErrUnavailable", err)
 	}
-	if _, err := closed.Wait(ctx, "k", PerSecond(10), 1); !errors.Is(err, ErrUnavailable) {
+	if _, err := closed.Wait(ctx, "k", Limit{Rate: 10}, 1); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Wait without Redis: %v; want ErrUnavailable", err)
 	}
 
 	half := newThrottle(t, client, nil, &Options{Fallback: 0.5})
 	var due []time.Time
 	for i := 0; i < 4; i++ {
-		r, err := half.Reserve(ctx, "k", PerSecond(10), 1)
+		r, err := half.Reserve(ctx, "k", Limit{Rate: 10}, 1)
 		if err != nil || !r.OK || !r.Local {
 			t.Fatalf("fallback reserve %d: %+v, %v", i, r, err)
 		}
@@ -349,6 +349,26 @@ func TestFailClosedAndFallback(t *testing.T) {
 	for i := 1; i < len(due); i++ {
 		if gap := due[i].Sub(due[i-1]); gap < 200*ms {
 			t.Fatalf("fallback slots %v apart; want at least 200ms", gap)
+		}
+	}
+
+	// The fallback keeps to the pauses this process knows of: one set
+	// while Redis is out of reach, and one set before it went.
+	if d, err := half.Pause(ctx, "p", Limit{Rate: 10}, time.Minute); d != time.Minute || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Pause without Redis: %v, %v; want a minute and ErrUnavailable", d, err)
+	}
+	live := miniredis.RunT(t)
+	liveClient := redis.NewClient(&redis.Options{Addr: live.Addr(), MaxRetries: -1, DialTimeout: 200 * ms, DialerRetries: 1})
+	defer liveClient.Close()
+	before := newThrottle(t, liveClient, nil, &Options{Fallback: 0.5})
+	if _, err := before.Pause(ctx, "p", Limit{Rate: 10}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	live.Close()
+	for _, th := range []*Throttle{half, before} {
+		r, err := th.Reserve(ctx, "p", Limit{Rate: 10, MaxWait: 2 * time.Minute}, 1)
+		if err != nil || !r.Local || r.Paused < 50*time.Second || r.Delay < r.Paused {
+			t.Fatalf("fallback reserve in a pause: %+v, %v; want a slot after the pause", r, err)
 		}
 	}
 }
