@@ -1,12 +1,5 @@
 package downstream
 
-// What a response says about the caller's rate limit: the status,
-// Retry-After (RFC 9110), the IETF RateLimit fields
-// (draft-ietf-httpapi-ratelimit-headers) and the vendor families before
-// them. Nothing here fails: a bad header must not break a worker, so a
-// malformed value is ignored. Structured fields are read by httpsfv, dates
-// by http.ParseTime, durations by time.ParseDuration.
-
 import (
 	"maps"
 	"math"
@@ -219,9 +212,14 @@ func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	return q, true
 }
 
+// shopifyQuota reads the first valid X-Shopify-Shop-Api-Call-Limit:
+// "32/40" is 32 calls used of a bucket of 40.
 func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	for _, v := range h.Values("X-Shopify-Shop-Api-Call-Limit") {
-		if used, limit, ok := parseShopifyCallLimit(v); ok {
+		a, b, _ := strings.Cut(v, "/")
+		used, uok := parseCount(a)
+		limit, lok := parseCount(b)
+		if uok && lok {
 			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
 		}
 	}
@@ -306,7 +304,7 @@ func parseRateLimit(lines ...string) []statedQuota {
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
 			if ok && (hasR || hasT) {
-				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: orUnknown(r, hasR), Reset: t})
+				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: r, Reset: t})
 			}
 		case "limit":
 			if isCount {
@@ -326,13 +324,6 @@ func parseRateLimit(lines ...string) []statedQuota {
 		qs = append(qs, dict)
 	}
 	return qs
-}
-
-func orUnknown(n int64, ok bool) int64 {
-	if !ok {
-		return -1
-	}
-	return n
 }
 
 // limitField reads a limit that may be followed by its policies, as in
@@ -404,7 +395,7 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if !ok {
 		return parseDate(v, now)
 	}
-	d := seconds(whole)
+	d := time.Duration(min(whole, uint64(MaxStatedDuration/time.Second))) * time.Second
 	if strings.Trim(frac, "0") != "" {
 		d = min(d+time.Second, MaxStatedDuration)
 	}
@@ -494,17 +485,6 @@ func parseCount(v string) (int64, bool) {
 	return int64(min(whole, math.MaxInt64)), ok
 }
 
-// parseShopifyCallLimit reads "32/40": 32 calls used of a bucket of 40.
-func parseShopifyCallLimit(v string) (used, limit int64, ok bool) {
-	a, b, _ := strings.Cut(v, "/")
-	used, uok := parseCount(a)
-	limit, lok := parseCount(b)
-	if !uok || !lok {
-		return 0, 0, false
-	}
-	return used, limit, true
-}
-
 // decimal splits DIGIT+ ["." DIGIT+] into its whole part (at most
 // math.MaxUint64) and its fraction's digits.
 func decimal(s string) (whole uint64, frac string, ok bool) {
@@ -517,43 +497,17 @@ func decimal(s string) (whole uint64, frac string, ok bool) {
 	return whole, frac, true
 }
 
-func seconds(n uint64) time.Duration {
-	if n >= uint64(MaxStatedDuration/time.Second) {
-		return MaxStatedDuration
-	}
-	return time.Duration(n) * time.Second
-}
-
-// durationResolution is what durations are rounded up to: a pause is never
-// shorter than asked for.
-const durationResolution = time.Millisecond
-
-// ceilDuration rounds d up to durationResolution, within [0,
-// MaxStatedDuration].
+// ceilDuration rounds d up to a millisecond (a pause is never shorter than
+// asked for), within [0, MaxStatedDuration].
 func ceilDuration(d time.Duration) time.Duration {
-	switch {
-	case d <= 0:
-		return 0
-	case d >= MaxStatedDuration:
-		return MaxStatedDuration
-	case d%durationResolution != 0:
-		d += durationResolution - d%durationResolution
-	}
-	return d
+	return (min(max(d, 0), MaxStatedDuration) + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
-// canonicalHeader returns h, or when some keys are not canonical a copy
-// that merges the values of keys differing only in case, in key order.
+// canonicalHeader returns a copy of h that merges the values of keys
+// differing only in case, in key order.
 func canonicalHeader(h http.Header) http.Header {
-	canonical := true
-	for k := range h {
-		canonical = canonical && http.CanonicalHeaderKey(k) == k
-	}
-	if canonical {
-		return h
-	}
 	c := make(http.Header, len(h))
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		ck := http.CanonicalHeaderKey(k)
@@ -622,15 +576,20 @@ func sfName(v any) (string, bool) {
 	return s, ok
 }
 
-// sfCount reads a non-negative Integer or Decimal, dropping its fraction.
+// sfCount reads a non-negative Integer or Decimal, dropping its fraction;
+// -1 and false for anything else.
 func sfCount(v any) (int64, bool) {
 	switch n := v.(type) {
 	case int64:
-		return n, n >= 0
+		if n >= 0 {
+			return n, true
+		}
 	case float64:
-		return int64(n), n >= 0
+		if n >= 0 {
+			return int64(n), true
+		}
 	}
-	return 0, false
+	return -1, false
 }
 
 // sfSeconds reads a non-negative Integer or Decimal as seconds, at most
