@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"net/http"
@@ -70,8 +71,17 @@ func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	if f.HasRetryAfter {
 		f.Source = SourceRetryAfter
 	}
-	if q, source := statedLimits(h, now); source != "" {
-		f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, source
+	limitOnly := false // a family stated only a limit or a window; a later one may state more
+	for _, fam := range families {
+		q, ok := fam.read(h, now)
+		stated := q.Remaining >= 0 || q.Reset > 0
+		if ok && (stated || !limitOnly && (q.Limit >= 0 || q.Window > 0)) {
+			f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, fam.source
+			if stated {
+				break
+			}
+			limitOnly = true
+		}
 	}
 	switch status {
 	case http.StatusTooManyRequests:
@@ -150,24 +160,6 @@ func kind(pattern string) fieldSet {
 	return fieldSet{limit: f("Limit"), remaining: f("Remaining"), reset: []string{f("Reset")}}
 }
 
-// statedLimits picks the family whose quota ParseFeedback reports: source
-// is "" for none.
-func statedLimits(h http.Header, now time.Time) (q statedQuota, source string) {
-	var fallback statedQuota
-	fallbackSource := ""
-	for _, fam := range families {
-		q, ok := fam.read(h, now)
-		switch {
-		case !ok:
-		case q.Remaining >= 0 || q.Reset > 0:
-			return q, fam.source
-		case fallbackSource == "" && (q.Limit >= 0 || q.Window > 0):
-			fallback, fallbackSource = q, fam.source
-		}
-	}
-	return fallback, fallbackSource
-}
-
 // fields reads a family with a field per count or reset.
 func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
 	return func(h http.Header, now time.Time) (statedQuota, bool) {
@@ -226,39 +218,31 @@ func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	return statedQuota{}, false
 }
 
-// pick returns the quota of qs that no other beats; the first on a tie.
-func pick(qs []statedQuota, beats func(a, b statedQuota) bool) (statedQuota, bool) {
+// pick returns the least quota of qs by order, the first on a tie; false
+// for none.
+func pick(qs []statedQuota, order func(a, b statedQuota) int) (statedQuota, bool) {
 	if len(qs) == 0 {
 		return statedQuota{}, false
 	}
-	best := qs[0]
-	for _, q := range qs[1:] {
-		if beats(q, best) {
-			best = q
-		}
-	}
-	return best, true
+	return slices.MinFunc(qs, order), true
 }
 
-// tighter: less remaining (unknown, -1, counts as plenty), then a longer
-// reset.
-func tighter(a, b statedQuota) bool {
-	if ar, br := uint64(a.Remaining), uint64(b.Remaining); ar != br {
-		return ar < br
-	}
-	return a.Reset > b.Reset
+// tighter orders by less remaining (unknown, -1, counts as plenty), then
+// a longer reset.
+func tighter(a, b statedQuota) int {
+	return cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset))
 }
 
-// slower: a lower rate; policies with a window before those without, which
-// compare by limit.
-func slower(a, b statedQuota) bool {
+// slower orders by a lower rate; policies with a window before those
+// without, which compare by limit.
+func slower(a, b statedQuota) int {
 	switch {
 	case (a.Window > 0) != (b.Window > 0):
-		return a.Window > 0
+		return cmp.Compare(b.Window, a.Window)
 	case a.Window == 0:
-		return a.Limit < b.Limit
+		return cmp.Compare(a.Limit, b.Limit)
 	}
-	return float64(a.Limit)*float64(b.Window) < float64(b.Limit)*float64(a.Window)
+	return cmp.Compare(float64(a.Limit)*float64(b.Window), float64(b.Limit)*float64(a.Window))
 }
 
 // matchPolicy finds the policy that a RateLimit quota refers to: by name,
@@ -576,36 +560,32 @@ func sfName(v any) (string, bool) {
 	return s, ok
 }
 
-// sfCount reads a non-negative Integer or Decimal, dropping its fraction;
-// -1 and false for anything else.
-func sfCount(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int64:
-		if n >= 0 {
-			return n, true
-		}
-	case float64:
-		if n >= 0 {
-			return int64(n), true
-		}
+// sfNumber reads a non-negative Integer or Decimal; 0 and false for
+// anything else. An Integer has at most 15 digits: float64 holds it exactly.
+func sfNumber(v any) (float64, bool) {
+	n, ok := v.(float64)
+	if i, isInt := v.(int64); isInt {
+		n, ok = float64(i), true
 	}
-	return -1, false
+	if !ok || n < 0 {
+		return 0, false
+	}
+	return n, true
 }
 
-// sfSeconds reads a non-negative Integer or Decimal as seconds, at most
-// MaxStatedDuration. A Decimal has at most 3 fractional digits.
+// sfCount reads a number as a count, dropping its fraction; -1 and false
+// when it is none.
+func sfCount(v any) (int64, bool) {
+	n, ok := sfNumber(v)
+	if !ok {
+		return -1, false
+	}
+	return int64(n), true
+}
+
+// sfSeconds reads a number as seconds (a Decimal has at most 3 fractional
+// digits), at most MaxStatedDuration.
 func sfSeconds(v any) (time.Duration, bool) {
-	var ms float64
-	switch n := v.(type) {
-	case int64:
-		ms = float64(n) * 1000
-	case float64:
-		ms = math.Round(n * 1000)
-	default:
-		return 0, false
-	}
-	if ms < 0 {
-		return 0, false
-	}
-	return min(time.Duration(min(ms, math.MaxInt64/1e6))*time.Millisecond, MaxStatedDuration), true
+	n, ok := sfNumber(v)
+	return time.Duration(min(math.Round(n*1000), float64(MaxStatedDuration/time.Millisecond))) * time.Millisecond, ok
 }
