@@ -281,27 +281,21 @@ func parseRateLimit(lines ...string) []statedQuota {
 	var qs []statedQuota
 	dict, inDict := statedQuota{Limit: -1, Remaining: -1}, false
 	for _, m := range sfMembers(lines) {
-		n, isCount := sfCount(m.Value)
-		switch m.key {
-		case "":
+		n, isNumber := sfCount(m.Value)
+		switch {
+		case m.key == "":
 			name, ok := sfName(m.Value)
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
 			if ok && (hasR || hasT) {
 				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: r, Reset: t})
 			}
-		case "limit":
-			if isCount {
-				dict.Limit, inDict = n, true
-			}
-		case "remaining":
-			if isCount {
-				dict.Remaining, inDict = n, true
-			}
-		case "reset":
-			if d, ok := sfSeconds(m.Value); ok {
-				dict.Reset, inDict = d, true
-			}
+		case m.key == "limit" && isNumber:
+			dict.Limit, inDict = n, true
+		case m.key == "remaining" && isNumber:
+			dict.Remaining, inDict = n, true
+		case m.key == "reset" && isNumber:
+			dict.Reset, inDict = sfSeconds(m.Value)
 		}
 	}
 	if inDict {

@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -159,10 +160,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) observe(name, code string) {
 	if m != nil {
-		if name == "" {
-			name = "default"
-		}
-		m.responses.WithLabelValues(name, code).Inc()
+		m.responses.WithLabelValues(cmp.Or(name, "default"), code).Inc()
 	}
 }
 
