@@ -1,12 +1,8 @@
-// Package downstream is the third-party side of sluice.
-//
-// Transport is an http.RoundTripper that takes a throttle slot before each
-// request (fleet-wide, through package throttle) and reads what the
-// downstream says of its limits after each response: 429 and 503,
-// Retry-After (seconds or an HTTP date), the IETF RateLimit /
-// RateLimit-Policy fields in their draft forms, and the common
-// X-RateLimit-*, OpenAI, Anthropic and Shopify headers (ParseFeedback). A
-// response that asks for a pause pauses the key for the whole fleet.
+// Package downstream is the third-party side of sluice: Transport, an
+// http.RoundTripper that takes a fleet-wide throttle slot before each
+// request and, when a response asks for a pause (429, 503, Retry-After,
+// a spent quota in the RateLimit or vendor headers that ParseFeedback
+// reads), pauses the key for the whole fleet.
 //
 // The package does not depend on the queue: the queue's built-in job type
 // for outbound HTTP calls is in package queue/httpjob, and a fake

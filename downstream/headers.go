@@ -1,13 +1,7 @@
 package downstream
 
-// What a response says about the caller's rate limit: the status,
-// Retry-After (RFC 9110), the IETF RateLimit fields
-// (draft-ietf-httpapi-ratelimit-headers) and the vendor families before
-// them. Nothing here fails: a bad header must not break a worker, so a
-// malformed value is ignored. Structured fields are read by httpsfv, dates
-// by http.ParseTime, durations by time.ParseDuration.
-
 import (
+	"cmp"
 	"maps"
 	"math"
 	"net/http"
@@ -77,8 +71,17 @@ func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	if f.HasRetryAfter {
 		f.Source = SourceRetryAfter
 	}
-	if q, source := statedLimits(h, now); source != "" {
-		f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, source
+	limitOnly := false // a family stated only a limit or a window; a later one may state more
+	for _, fam := range families {
+		q, ok := fam.read(h, now)
+		stated := q.Remaining >= 0 || q.Reset > 0
+		if ok && (stated || !limitOnly && (q.Limit >= 0 || q.Window > 0)) {
+			f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, fam.source
+			if stated {
+				break
+			}
+			limitOnly = true
+		}
 	}
 	switch status {
 	case http.StatusTooManyRequests:
@@ -157,24 +160,6 @@ func kind(pattern string) fieldSet {
 	return fieldSet{limit: f("Limit"), remaining: f("Remaining"), reset: []string{f("Reset")}}
 }
 
-// statedLimits picks the family whose quota ParseFeedback reports: source
-// is "" for none.
-func statedLimits(h http.Header, now time.Time) (q statedQuota, source string) {
-	var fallback statedQuota
-	fallbackSource := ""
-	for _, fam := range families {
-		q, ok := fam.read(h, now)
-		switch {
-		case !ok:
-		case q.Remaining >= 0 || q.Reset > 0:
-			return q, fam.source
-		case fallbackSource == "" && (q.Limit >= 0 || q.Window > 0):
-			fallback, fallbackSource = q, fam.source
-		}
-	}
-	return fallback, fallbackSource
-}
-
 // fields reads a family with a field per count or reset.
 func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
 	return func(h http.Header, now time.Time) (statedQuota, bool) {
@@ -219,48 +204,45 @@ func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	return q, true
 }
 
+// shopifyQuota reads the first valid X-Shopify-Shop-Api-Call-Limit:
+// "32/40" is 32 calls used of a bucket of 40.
 func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 	for _, v := range h.Values("X-Shopify-Shop-Api-Call-Limit") {
-		if used, limit, ok := parseShopifyCallLimit(v); ok {
+		a, b, _ := strings.Cut(v, "/")
+		used, uok := parseCount(a)
+		limit, lok := parseCount(b)
+		if uok && lok {
 			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
 		}
 	}
 	return statedQuota{}, false
 }
 
-// pick returns the quota of qs that no other beats; the first on a tie.
-func pick(qs []statedQuota, beats func(a, b statedQuota) bool) (statedQuota, bool) {
+// pick returns the least quota of qs by order, the first on a tie; false
+// for none.
+func pick(qs []statedQuota, order func(a, b statedQuota) int) (statedQuota, bool) {
 	if len(qs) == 0 {
 		return statedQuota{}, false
 	}
-	best := qs[0]
-	for _, q := range qs[1:] {
-		if beats(q, best) {
-			best = q
-		}
-	}
-	return best, true
+	return slices.MinFunc(qs, order), true
 }
 
-// tighter: less remaining (unknown, -1, counts as plenty), then a longer
-// reset.
-func tighter(a, b statedQuota) bool {
-	if ar, br := uint64(a.Remaining), uint64(b.Remaining); ar != br {
-		return ar < br
-	}
-	return a.Reset > b.Reset
+// tighter orders by less remaining (unknown, -1, counts as plenty), then
+// a longer reset.
+func tighter(a, b statedQuota) int {
+	return cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset))
 }
 
-// slower: a lower rate; policies with a window before those without, which
-// compare by limit.
-func slower(a, b statedQuota) bool {
+// slower orders by a lower rate; policies with a window before those
+// without, which compare by limit.
+func slower(a, b statedQuota) int {
 	switch {
 	case (a.Window > 0) != (b.Window > 0):
-		return a.Window > 0
+		return cmp.Compare(b.Window, a.Window)
 	case a.Window == 0:
-		return a.Limit < b.Limit
+		return cmp.Compare(a.Limit, b.Limit)
 	}
-	return float64(a.Limit)*float64(b.Window) < float64(b.Limit)*float64(a.Window)
+	return cmp.Compare(float64(a.Limit)*float64(b.Window), float64(b.Limit)*float64(a.Window))
 }
 
 // matchPolicy finds the policy that a RateLimit quota refers to: by name,
@@ -299,40 +281,27 @@ func parseRateLimit(lines ...string) []statedQuota {
 	var qs []statedQuota
 	dict, inDict := statedQuota{Limit: -1, Remaining: -1}, false
 	for _, m := range sfMembers(lines) {
-		n, isCount := sfCount(m.Value)
-		switch m.key {
-		case "":
+		n, isNumber := sfCount(m.Value)
+		switch {
+		case m.key == "":
 			name, ok := sfName(m.Value)
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
 			if ok && (hasR || hasT) {
-				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: orUnknown(r, hasR), Reset: t})
+				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: r, Reset: t})
 			}
-		case "limit":
-			if isCount {
-				dict.Limit, inDict = n, true
-			}
-		case "remaining":
-			if isCount {
-				dict.Remaining, inDict = n, true
-			}
-		case "reset":
-			if d, ok := sfSeconds(m.Value); ok {
-				dict.Reset, inDict = d, true
-			}
+		case m.key == "limit" && isNumber:
+			dict.Limit, inDict = n, true
+		case m.key == "remaining" && isNumber:
+			dict.Remaining, inDict = n, true
+		case m.key == "reset" && isNumber:
+			dict.Reset, inDict = sfSeconds(m.Value)
 		}
 	}
 	if inDict {
 		qs = append(qs, dict)
 	}
 	return qs
-}
-
-func orUnknown(n int64, ok bool) int64 {
-	if !ok {
-		return -1
-	}
-	return n
 }
 
 // limitField reads a limit that may be followed by its policies, as in
@@ -404,7 +373,7 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if !ok {
 		return parseDate(v, now)
 	}
-	d := seconds(whole)
+	d := time.Duration(min(whole, uint64(MaxStatedDuration/time.Second))) * time.Second
 	if strings.Trim(frac, "0") != "" {
 		d = min(d+time.Second, MaxStatedDuration)
 	}
@@ -494,17 +463,6 @@ func parseCount(v string) (int64, bool) {
 	return int64(min(whole, math.MaxInt64)), ok
 }
 
-// parseShopifyCallLimit reads "32/40": 32 calls used of a bucket of 40.
-func parseShopifyCallLimit(v string) (used, limit int64, ok bool) {
-	a, b, _ := strings.Cut(v, "/")
-	used, uok := parseCount(a)
-	limit, lok := parseCount(b)
-	if !uok || !lok {
-		return 0, 0, false
-	}
-	return used, limit, true
-}
-
 // decimal splits DIGIT+ ["." DIGIT+] into its whole part (at most
 // math.MaxUint64) and its fraction's digits.
 func decimal(s string) (whole uint64, frac string, ok bool) {
@@ -517,43 +475,17 @@ func decimal(s string) (whole uint64, frac string, ok bool) {
 	return whole, frac, true
 }
 
-func seconds(n uint64) time.Duration {
-	if n >= uint64(MaxStatedDuration/time.Second) {
-		return MaxStatedDuration
-	}
-	return time.Duration(n) * time.Second
-}
-
-// durationResolution is what durations are rounded up to: a pause is never
-// shorter than asked for.
-const durationResolution = time.Millisecond
-
-// ceilDuration rounds d up to durationResolution, within [0,
-// MaxStatedDuration].
+// ceilDuration rounds d up to a millisecond (a pause is never shorter than
+// asked for), within [0, MaxStatedDuration].
 func ceilDuration(d time.Duration) time.Duration {
-	switch {
-	case d <= 0:
-		return 0
-	case d >= MaxStatedDuration:
-		return MaxStatedDuration
-	case d%durationResolution != 0:
-		d += durationResolution - d%durationResolution
-	}
-	return d
+	return (min(max(d, 0), MaxStatedDuration) + time.Millisecond - 1).Truncate(time.Millisecond)
 }
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
-// canonicalHeader returns h, or when some keys are not canonical a copy
-// that merges the values of keys differing only in case, in key order.
+// canonicalHeader returns a copy of h that merges the values of keys
+// differing only in case, in key order.
 func canonicalHeader(h http.Header) http.Header {
-	canonical := true
-	for k := range h {
-		canonical = canonical && http.CanonicalHeaderKey(k) == k
-	}
-	if canonical {
-		return h
-	}
 	c := make(http.Header, len(h))
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		ck := http.CanonicalHeaderKey(k)
@@ -622,31 +554,32 @@ func sfName(v any) (string, bool) {
 	return s, ok
 }
 
-// sfCount reads a non-negative Integer or Decimal, dropping its fraction.
-func sfCount(v any) (int64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return n, n >= 0
-	case float64:
-		return int64(n), n >= 0
+// sfNumber reads a non-negative Integer or Decimal; 0 and false for
+// anything else. An Integer has at most 15 digits: float64 holds it exactly.
+func sfNumber(v any) (float64, bool) {
+	n, ok := v.(float64)
+	if i, isInt := v.(int64); isInt {
+		n, ok = float64(i), true
 	}
-	return 0, false
+	if !ok || n < 0 {
+		return 0, false
+	}
+	return n, true
 }
 
-// sfSeconds reads a non-negative Integer or Decimal as seconds, at most
-// MaxStatedDuration. A Decimal has at most 3 fractional digits.
+// sfCount reads a number as a count, dropping its fraction; -1 and false
+// when it is none.
+func sfCount(v any) (int64, bool) {
+	n, ok := sfNumber(v)
+	if !ok {
+		return -1, false
+	}
+	return int64(n), true
+}
+
+// sfSeconds reads a number as seconds (a Decimal has at most 3 fractional
+// digits), at most MaxStatedDuration.
 func sfSeconds(v any) (time.Duration, bool) {
-	var ms float64
-	switch n := v.(type) {
-	case int64:
-		ms = float64(n) * 1000
-	case float64:
-		ms = math.Round(n * 1000)
-	default:
-		return 0, false
-	}
-	if ms < 0 {
-		return 0, false
-	}
-	return min(time.Duration(min(ms, math.MaxInt64/1e6))*time.Millisecond, MaxStatedDuration), true
+	n, ok := sfNumber(v)
+	return time.Duration(min(math.Round(n*1000), float64(MaxStatedDuration/time.Millisecond))) * time.Millisecond, ok
 }

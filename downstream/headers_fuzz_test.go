@@ -62,7 +62,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			if !ok {
 				t.Fatalf("parseRetryAfter(%q) rejected an HTTP-date", v)
 			}
-			if diff := at.Sub(now); diff < MaxStatedDuration && (d < diff || d > max(diff, 0)+durationResolution) {
+			if diff := at.Sub(now); diff < MaxStatedDuration && (d < diff || d > max(diff, 0)+time.Millisecond) {
 				t.Fatalf("parseRetryAfter(%q) at %v = %v; the date is %v away", v, now, d, diff)
 			}
 		}
@@ -70,7 +70,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 }
 
 // FuzzParseValues covers the scalar parsers: parseReset, parseDuration,
-// parseCount and parseShopifyCallLimit.
+// parseCount and shopifyQuota.
 func FuzzParseValues(f *testing.F) {
 	for _, v := range []string{"30", "64.57", "1470173023.123", "1748779260", "1748779260000", "1s", "6m0s",
 		"20ms", "2m59.56s", "1h2m3.5s", "500µs", "1d", "2025-06-01T12:01:00Z", "Sun, 01 Jun 2025 12:00:10 GMT",
@@ -81,12 +81,12 @@ func FuzzParseValues(f *testing.F) {
 		now := time.Unix(unix, 0)
 		d, ok := parseReset(v, now)
 		checkBounded(t, "parseReset", d)
-		if (!ok && d != 0) || d%durationResolution != 0 {
+		if (!ok && d != 0) || d%time.Millisecond != 0 {
 			t.Fatalf("parseReset(%q) = %v, %v", v, d, ok)
 		}
 		pd, pok := parseDuration(v)
 		checkBounded(t, "parseDuration", pd)
-		if (!pok && pd != 0) || pd%durationResolution != 0 {
+		if (!pok && pd != 0) || pd%time.Millisecond != 0 {
 			t.Fatalf("parseDuration(%q) = %v, %v", v, pd, pok)
 		}
 		if pok && !ok {
@@ -95,7 +95,7 @@ func FuzzParseValues(f *testing.F) {
 		// time.ParseDuration as an oracle, where both read the value: its
 		// fractions truncate where ours round up, so allow a millisecond.
 		if gd, err := time.ParseDuration(trimOWS(v)); err == nil && pok && gd >= 0 && gd < MaxStatedDuration-time.Second {
-			if diff := pd - gd; diff < 0 || diff > 2*durationResolution {
+			if diff := pd - gd; diff < 0 || diff > 2*time.Millisecond {
 				t.Fatalf("parseDuration(%q) = %v, time.ParseDuration = %v", v, pd, gd)
 			}
 		}
@@ -106,9 +106,9 @@ func FuzzParseValues(f *testing.F) {
 		if u, err := strconv.ParseUint(trimOWS(v), 10, 64); err == nil && (!cok || n != int64(min(u, math.MaxInt64))) {
 			t.Fatalf("parseCount(%q) = %d, %v; want %d", v, n, cok, u)
 		}
-		used, limit, sok := parseShopifyCallLimit(v)
-		if used < 0 || limit < 0 || (!sok && (used != 0 || limit != 0)) {
-			t.Fatalf("parseShopifyCallLimit(%q) = %d, %d, %v", v, used, limit, sok)
+		q, sok := shopifyQuota(http.Header{"X-Shopify-Shop-Api-Call-Limit": {v}}, now)
+		if q.Limit < 0 || q.Remaining < 0 || q.Remaining > q.Limit || (!sok && q != statedQuota{}) {
+			t.Fatalf("shopifyQuota(%q) = %+v, %v", v, q, sok)
 		}
 	})
 }
@@ -297,7 +297,7 @@ func FuzzParseFeedback(f *testing.F) {
 		if p < 0 || p > limit {
 			t.Fatalf("%+v.PauseFor(%v, %v) = %v: outside [0, %v]", fb, d, m, p, limit)
 		}
-		if p != limit && p%durationResolution != 0 {
+		if p != limit && p%time.Millisecond != 0 {
 			t.Fatalf("%+v.PauseFor(%v, %v) = %v: not rounded up", fb, d, m, p)
 		}
 		if !fb.Limited && !(fb.Remaining == 0 && fb.Reset > 0) && p != 0 {

@@ -212,28 +212,29 @@ func TestParseCount(t *testing.T) {
 	}
 }
 
-func TestParseShopifyCallLimit(t *testing.T) {
+func TestShopifyQuota(t *testing.T) {
 	for _, s := range []struct {
-		in          string
-		used, limit int64
-		ok          bool
+		in               []string
+		limit, remaining int64
+		ok               bool
 	}{
-		{"32/40", 32, 40, true},
-		{"40/40", 40, 40, true},
-		{" 1 / 80 ", 1, 80, true},
-		{"0/0", 0, 0, true},
-		{"41/40", 41, 40, true},
-		{"", 0, 0, false},
-		{"32", 0, 0, false},
-		{"32/", 0, 0, false},
-		{"/40", 0, 0, false},
-		{"32/40/50", 0, 0, false},
-		{"-1/40", 0, 0, false},
-		{"a/b", 0, 0, false},
+		{[]string{"32/40"}, 40, 8, true},
+		{[]string{"40/40"}, 40, 0, true},
+		{[]string{" 1 / 80 "}, 80, 79, true},
+		{[]string{"0/0"}, 0, 0, true},
+		{[]string{"41/40"}, 40, 0, true},
+		{[]string{"a/b", "32/40"}, 40, 8, true}, // the first valid line
+		{[]string{""}, 0, 0, false},
+		{[]string{"32"}, 0, 0, false},
+		{[]string{"32/"}, 0, 0, false},
+		{[]string{"/40"}, 0, 0, false},
+		{[]string{"32/40/50"}, 0, 0, false},
+		{[]string{"-1/40"}, 0, 0, false},
+		{[]string{"a/b"}, 0, 0, false},
 	} {
-		used, limit, ok := parseShopifyCallLimit(s.in)
-		if used != s.used || limit != s.limit || ok != s.ok {
-			t.Errorf("parseShopifyCallLimit(%q) = %d, %d, %v; want %d, %d, %v", s.in, used, limit, ok, s.used, s.limit, s.ok)
+		q, ok := shopifyQuota(http.Header{"X-Shopify-Shop-Api-Call-Limit": s.in}, testNow)
+		if q.Limit != s.limit || q.Remaining != s.remaining || ok != s.ok {
+			t.Errorf("shopifyQuota(%q) = %+v, %v; want limit %d, remaining %d, %v", s.in, q, ok, s.limit, s.remaining, s.ok)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"errors"
+	"slices"
 	"strings"
 )
 
@@ -13,9 +14,13 @@ var HTTPMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPT
 // name or value, which may be a secret.
 var (
 	ErrMethodNotAllowed = errors.New("method is not one of " + strings.Join(HTTPMethods, ", "))
-	ErrHeaderName       = errors.New("a header name is not a token (letters, digits and !#$%&'*+-.^_`|~)")
+	ErrHeaderName       = errors.New("a header name is not a token (letters, digits and " + tokenMarks + ")")
 	ErrHeaderValue      = errors.New("a header value holds a control character (CR, LF, NUL, or another but tab)")
 )
+
+// tokenMarks are the characters of an RFC 9110 token besides letters and
+// digits.
+const tokenMarks = "!#$%&'*+-.^_`|~"
 
 // CheckRequest refuses the method and header fields of a sluice.http
 // request that net/http could never send: a method outside HTTPMethods
@@ -24,51 +29,19 @@ var (
 // succeed, so it is refused at enqueue (the policy's job check) and
 // archived without a retry by the worker.
 func CheckRequest(method string, header map[string]string) error {
-	if method != "" && !allowedMethod(method) {
+	if method != "" && !slices.Contains(HTTPMethods, method) {
 		return ErrMethodNotAllowed
 	}
+	notToken := func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(tokenMarks, r))
+	}
 	for name, value := range header {
-		if !isToken(name) {
+		if name == "" || strings.ContainsFunc(name, notToken) {
 			return ErrHeaderName
 		}
-		if !validValue(value) {
+		if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
 			return ErrHeaderValue
 		}
 	}
 	return nil
-}
-
-func allowedMethod(m string) bool {
-	for _, a := range HTTPMethods {
-		if m == a {
-			return true
-		}
-	}
-	return false
-}
-
-// isToken reports whether s is an RFC 9110 token: one or more of
-// letters, digits and !#$%&'*+-.^_`|~.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// validValue reports whether net/http sends s as a header value: no
-// control character but tab (no CR, LF, NUL, DEL).
-func validValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

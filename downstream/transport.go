@@ -1,9 +1,9 @@
 package downstream
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"github.com/sluicehq/sluice/internal/promreg"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/promreg"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -26,9 +27,9 @@ const (
 
 // Transport is an http.RoundTripper that paces requests through a shared
 // throttle: before each request it waits for the key's next slot
-// (fleet-wide), and after each response it reads what the downstream says
-// of its limits (429, 503, Retry-After, RateLimit and X-RateLimit fields)
-// and pauses the whole fleet on that key when asked to.
+// (fleet-wide), and after each response it pauses the whole fleet on that
+// key for as long as ParseFeedback and PauseFor say (a 503 that says
+// nothing pauses for DefaultBackoff), stepping its pace down.
 //
 // A request whose slot is further away than the Limit's MaxWait fails with
 // an error wrapping *throttle.TooFarError (errors.As finds it through
@@ -49,11 +50,6 @@ type Transport struct {
 	// Key returns the throttle key of a request; default the request's
 	// host. Per-account quotas key by account.
 	Key func(*http.Request) string
-	// Cost returns a request's cost in quota units; default 1.
-	Cost func(*http.Request) int64
-	// DefaultBackoff and MaxPause bound the pauses (defaults
-	// DefaultBackoff and DefaultMaxPause).
-	DefaultBackoff, MaxPause time.Duration
 	// Metrics counts responses by code; nil for none.
 	Metrics *Metrics
 }
@@ -83,20 +79,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var lease *throttle.Lease
 	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
+		var err error
 		if t.Concurrency != nil {
-			var err error
-			if lease, err = t.Throttle.AcquireWait(ctx, key, *t.Concurrency, t.Limit.WaitLimit()); err != nil {
-				closeBody(req)
-				return nil, err
+			lease, err = t.Throttle.AcquireWait(ctx, key, *t.Concurrency, t.Limit.WaitLimit())
+		}
+		if err == nil {
+			if _, err = t.Throttle.Wait(ctx, key, t.Limit, 1); err != nil {
+				release(lease)
 			}
 		}
-		n := int64(1)
-		if t.Cost != nil {
-			n = t.Cost(req)
-		}
-		if _, err := t.Throttle.Wait(ctx, key, t.Limit, n); err != nil {
-			release(lease)
-			closeBody(req)
+		if err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
 			return nil, err
 		}
 	}
@@ -107,41 +102,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	t.Metrics.observe(t.Limit.Name, codeLabel(resp.StatusCode))
-	t.Feedback(ctx, key, resp)
+	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(DefaultBackoff, DefaultMaxPause)
+	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
+		d = DefaultBackoff // a 503 that says nothing: never retry it in a hot loop
+	}
+	if d > 0 {
+		// An error leaves the key unpaused: the next request finds out again.
+		_, _ = t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d)
+	}
 	if lease != nil {
 		resp.Body = &releasingBody{ReadCloser: resp.Body, lease: lease}
 	}
 	return resp, nil
-}
-
-// Feedback reads resp's limits and, when the downstream refused the call
-// or says its budget is spent, pauses key and steps its pace down
-// (throttle's Backoff). It returns the pause set (0 for none).
-func (t *Transport) Feedback(ctx context.Context, key string, resp *http.Response) time.Duration {
-	backoff, maxPause := t.DefaultBackoff, t.MaxPause
-	if backoff <= 0 {
-		backoff = DefaultBackoff
-	}
-	if maxPause <= 0 {
-		maxPause = DefaultMaxPause
-	}
-	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(backoff, maxPause)
-	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
-		d = backoff // a 503 that says nothing: never retry it in a hot loop
-	}
-	if d <= 0 {
-		return 0
-	}
-	if _, err := t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d); err != nil && !errors.Is(err, throttle.ErrUnavailable) {
-		return 0
-	}
-	return d
-}
-
-func closeBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
 }
 
 func release(l *throttle.Lease) {
@@ -188,10 +160,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 func (m *Metrics) observe(name, code string) {
 	if m != nil {
-		if name == "" {
-			name = "default"
-		}
-		m.responses.WithLabelValues(name, code).Inc()
+		m.responses.WithLabelValues(cmp.Or(name, "default"), code).Inc()
 	}
 }
 
@@ -202,9 +171,7 @@ var alertCodes = map[int]bool{
 	500: true, 502: true, 503: true, 504: true,
 }
 
-// codeLabel is the code label of a response's status: the status itself
-// when people alert on it, else its class, so that the label's values are
-// bounded whatever a downstream sends.
+// codeLabel is the code label of a response's status, as NewMetrics says.
 func codeLabel(status int) string {
 	switch {
 	case alertCodes[status]:

@@ -13,12 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// slotStarts are the first slots of the three masters, and the end.
-var slotStarts = [4]int{0, 5461, 10923, 16384}
-
-// probeKeys are keys in the slots of each master, in node order: the hash
-// tags b, c and a are in slots 3300, 7365 and 15495.
-var probeKeys = [3]string{"redistest:{b}", "redistest:{c}", "redistest:{a}"}
+var (
+	slotStarts = [4]int{0, 5461, 10923, 16384} // the first slots of the three masters, and the end
+	// probeKeys hash to a slot of each master in turn: 3300, 7365, 15495.
+	probeKeys = [3]string{"redistest:{b}", "redistest:{c}", "redistest:{a}"}
+)
 
 // Cluster is a Redis Cluster of three masters and no replicas, each a
 // redis-server on 127.0.0.1, that together serve all 16384 slots: Node(0)
@@ -30,8 +29,8 @@ type Cluster struct {
 }
 
 // StartCluster starts a dedicated cluster for tb (after Require), killed
-// by a tb.Cleanup, and returns once it is healthy: after a little over 2 s
-// (a new master waits 2 s before it serves). Failures are fatal to tb.
+// by a tb.Cleanup, and returns once it is healthy (a little over 2 s).
+// Failures are fatal to tb.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	Require(tb)
@@ -90,14 +89,12 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
-// WaitHealthy waits, for at most 20 s, until the cluster is whole (e.g.
-// after Node(i).Restart; a restarted master serves again about 2 s later):
-// see health. Failures are fatal to tb.
+// WaitHealthy waits, for at most 20 s, until the cluster is whole (see
+// health), e.g. after Node(i).Restart: a restarted master serves again
+// about 2 s later. Failures are fatal to tb.
 func (c *Cluster) WaitHealthy(tb testing.TB) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.waitHealthy(ctx); err != nil {
+	if err := c.waitHealthy(); err != nil {
 		tb.Fatalf("%v", err)
 	}
 }
@@ -124,11 +121,13 @@ func (c *Cluster) form() error {
 			return fmt.Errorf("redistest: forming the cluster at %s: %w", n.Addr(), err)
 		}
 	}
-	return c.waitHealthy(ctx)
+	return c.waitHealthy()
 }
 
-// waitHealthy polls health until it passes or ctx ends.
-func (c *Cluster) waitHealthy(ctx context.Context) error {
+// waitHealthy polls health until it passes, for at most timeout.
+func (c *Cluster) waitHealthy() error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	for {
 		err := c.health(ctx)
 		if err == nil {
@@ -176,10 +175,9 @@ func (c *Cluster) health(ctx context.Context) error {
 	return nil
 }
 
-// probeClient returns a client for one of the harness's checks: no
-// retries, short timeouts, no optional handshake. Each check makes a new
-// one: a go-redis pool whose dial failed answers with that failure,
-// without dialling, for up to a second.
+// probeClient returns a client for one check: no retries, short timeouts,
+// no optional handshake. Each check makes a new one, as a go-redis pool
+// whose dial failed keeps answering with that failure for up to a second.
 func probeClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
 		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})

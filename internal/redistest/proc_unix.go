@@ -4,8 +4,49 @@ package redistest
 
 import (
 	"os"
+	"os/exec"
+	"runtime"
+	"sync"
 	"syscall"
 )
+
+// StartProcess starts cmd in a process group of its own (so that a ^C in
+// the terminal reaches only this process, and KillProcess kills the whole
+// group) and, on Linux, has the kernel SIGKILL it when this process exits,
+// however it exits. It starts every redis-server, and bench/cmd/fleet's
+// children.
+func StartProcess(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setPdeathsig(cmd.SysProcAttr)
+	spawner.once.Do(func() {
+		spawner.reqs = make(chan *exec.Cmd)
+		spawner.errs = make(chan error)
+		go spawnLoop()
+	})
+	spawner.mu.Lock()
+	defer spawner.mu.Unlock()
+	spawner.reqs <- cmd
+	return <-spawner.errs
+}
+
+// Linux sends Pdeathsig when the thread that forked the child exits, not
+// the process, and the Go runtime does end threads. So every child is
+// forked from one goroutine that locks its thread and never returns.
+var spawner struct {
+	once sync.Once
+	mu   sync.Mutex // one request at a time
+	reqs chan *exec.Cmd
+	errs chan error
+}
+
+// spawnLoop starts each requested command from a thread it never leaves;
+// it runs until the process exits (Main's leak check expects it).
+func spawnLoop() {
+	runtime.LockOSThread() // never unlocked
+	for cmd := range spawner.reqs {
+		spawner.errs <- cmd.Start()
+	}
+}
 
 // terminate asks redis-server to shut down gracefully.
 func terminate(p *os.Process) error { return p.Signal(syscall.SIGTERM) }

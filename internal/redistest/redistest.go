@@ -1,16 +1,11 @@
 // Package redistest runs real redis-server processes for sluice's tests and
-// benchmarks: a standalone server (Start, or Launch outside a test), a
+// benchmarks: a standalone server (Start; Launch outside a test), a
 // three-master Redis Cluster (StartCluster), and one of each shared by a
-// test binary (Shared, SharedCluster; use Main as TestMain). Tests on the
-// shared ones keep to keys under KeyPrefix and never flush. Every server
-// listens on 127.0.0.1 on a port this package picked, so it never touches a
-// Redis it did not start; it runs in its own process group and, on Linux,
-// dies with the test binary however that exits.
-//
-// redis-server is $SLUICE_REDIS_SERVER, or found on the PATH. Without it,
-// Require (which every function that needs it calls first) skips the test,
-// or fails it when SLUICE_REQUIRE_REDIS=1, so that a green CI run cannot
-// hide skipped real-Redis tests.
+// test binary (Shared, SharedCluster; use Main as TestMain), on which tests
+// keep to keys under KeyPrefix and never flush. Each server listens on a
+// port of 127.0.0.1 that this package picked, in a process group of its own,
+// and on Linux dies with the test binary however that exits. Without
+// redis-server, Require skips the test, or fails it (EnvRequire).
 package redistest
 
 import (
@@ -31,8 +26,8 @@ const (
 	EnvRequire = "SLUICE_REQUIRE_REDIS"
 )
 
-// lookup returns the redis-server binary to run, or an error saying how to
-// install it. It is not cached, so that tests can change EnvServer.
+// lookup returns the redis-server binary to run (not cached, so that tests
+// can change EnvServer), or an error saying how to install it.
 func lookup() (string, error) {
 	name := os.Getenv(EnvServer)
 	if name == "" {
@@ -45,9 +40,8 @@ func lookup() (string, error) {
 	return p, nil
 }
 
-// Require returns when redis-server is available. Otherwise it skips tb
-// with a message saying how to install it or, when the environment has
-// SLUICE_REQUIRE_REDIS=1, fails tb.
+// Require returns when redis-server is available. Otherwise it skips tb,
+// saying how to install it, or fails tb under SLUICE_REQUIRE_REDIS=1.
 func Require(tb testing.TB) {
 	tb.Helper()
 	_, err := lookup()

@@ -14,8 +14,7 @@ import (
 )
 
 // The test binary's shared servers, each started by the first test that
-// asks for it. A failed start fails every later caller: retrying for each
-// test would only repeat the same failure, slowly.
+// asks for it. A failed start fails every later caller without a retry.
 var shared struct {
 	serverOnce, clusterOnce sync.Once
 	server                  *Server
@@ -24,10 +23,9 @@ var shared struct {
 }
 
 // Shared returns a new client (closed when tb's test ends) of the test
-// binary's shared standalone redis-server, which the first caller starts
-// (after Require). It has no password and no persistence. Tests on it use
-// keys under KeyPrefix(tb) and never flush. Main stops it; in a package
-// without Main it lives until the test binary exits.
+// binary's shared standalone redis-server, with no password and no
+// persistence, which the first caller starts (after Require) and Main
+// stops. Tests on it use keys under KeyPrefix(tb) and never flush.
 func Shared(tb testing.TB) *redis.Client {
 	tb.Helper()
 	Require(tb)
@@ -52,10 +50,9 @@ func SharedCluster(tb testing.TB) *redis.ClusterClient {
 }
 
 // Main runs the tests, kills the shared servers that were started and
-// deletes their data, and exits with m.Run's code. When every test passed,
+// deletes their data, and exits with m.Run's code; when every test passed,
 // it also fails the run if goroutines the tests started are still running
-// a few seconds later (go.uber.org/goleak): a server, pacer or client that
-// a test stopped must not leave work behind. Use it as TestMain:
+// a few seconds later (go.uber.org/goleak). Use it as TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
@@ -82,11 +79,10 @@ var (
 )
 
 // KeyPrefix returns a prefix for the keys of tb's test that no other call
-// returns in this test binary: "t<n>_<name>:", where n counts the calls
-// and name is the last 48 characters of the test's name with each run of
-// characters other than ASCII letters, digits, '_' and '-' made one '_'.
-// It holds no '{' or '}', so a key's hash tag is whatever the caller puts
-// after it, e.g. KeyPrefix(t)+"{tenant}:bucket".
+// returns in this test binary: "t<n>_<name>:", n counting the calls and
+// name the test name's last 48 characters, each run of characters other
+// than [A-Za-z0-9_-] made one '_'. With no '{' or '}', the key's hash tag
+// is what the caller adds, e.g. KeyPrefix(t)+"{tenant}:bucket".
 func KeyPrefix(tb testing.TB) string {
 	name := notKeyChars.ReplaceAllString(tb.Name(), "_")
 	return fmt.Sprintf("t%d_%s:", prefixCount.Add(1), name[max(0, len(name)-48):])
@@ -94,17 +90,13 @@ func KeyPrefix(tb testing.TB) string {
 
 // Target is one Redis that a behaviour suite runs against.
 type Target struct {
-	// Name names the subtest: "miniredis", "redis-standalone" or
-	// "redis-cluster".
-	Name string
-	// Client returns a client of the target for tb.
-	Client func(tb testing.TB) redis.UniversalClient
+	Name   string                                    // the subtest: "miniredis", "redis-standalone" or "redis-cluster"
+	Client func(tb testing.TB) redis.UniversalClient // a client of the target for tb
 }
 
 // Targets returns the Redis every behaviour is tested on: an embedded
 // miniredis (a new one per call), the shared standalone redis-server and
-// the shared cluster. Tests on the shared ones keep their keys under
-// KeyPrefix.
+// the shared cluster (keys under KeyPrefix).
 func Targets() []Target {
 	return []Target{
 		{"miniredis", func(tb testing.TB) redis.UniversalClient { return Mini(tb) }},
