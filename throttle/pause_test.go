@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -172,9 +174,7 @@ func TestFirstSlotAfterAPauseIsUsed(t *testing.T) {
 		if _, err := th.Wait(ctx, "api", lim, 1); err != nil {
 			t.Fatal(err)
 		}
-		if n := slotsSincePause(t, th, "api", lim); n != 1 {
-			t.Fatalf("Wait booked %v slots after the pause; want 1", n)
-		}
+		checkOneSlotAfterPause(t, th, lim)
 	})
 }
 
@@ -202,9 +202,7 @@ func TestFirstSlotAfterAnAnnouncedPauseIsUsed(t *testing.T) {
 		if _, err := b.Wait(ctx, "api", lim, 1); err != nil {
 			t.Fatal(err)
 		}
-		if n := slotsSincePause(t, b, "api", lim); n != 1 {
-			t.Fatalf("Wait booked %v slots after the pause; want 1", n)
-		}
+		checkOneSlotAfterPause(t, b, lim)
 	})
 }
 
@@ -345,5 +343,17 @@ func checkVoids(t *testing.T, th *Throttle, rs []Reservation, void []bool) {
 				t.Fatalf("Await of slot %d, inside the pause = %v, %v; want false", i, ok, err)
 			}
 		}
+	}
+}
+
+// checkOneSlotAfterPause: Wait, called during a pause of "api", used the
+// first slot after it and booked no other. A wake too late for a slot
+// (counted as "late"; a loaded machine makes that likely and
+// TestLateSlotLeftAsAGap pins it) books one more each, and is allowed.
+func checkOneSlotAfterPause(t *testing.T, th *Throttle, lim Limit) {
+	t.Helper()
+	late := testutil.ToFloat64(th.metrics.reservations.WithLabelValues(cmp.Or(lim.Name, "default"), "late"))
+	if n := slotsSincePause(t, th, "api", lim); n != 1+late {
+		t.Fatalf("Wait booked %v slots after the pause, %v of them after a late wake; want 1 and one per late wake", n, late)
 	}
 }
