@@ -102,11 +102,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	t.Metrics.observe(t.Limit.Name, codeLabel(resp.StatusCode))
-	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(DefaultBackoff, DefaultMaxPause)
-	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
-		d = DefaultBackoff // a 503 that says nothing: never retry it in a hot loop
-	}
-	if d > 0 {
+	if d := PauseOf(resp); d > 0 {
 		// An error leaves the key unpaused: the next request finds out again.
 		_, _ = t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d)
 	}
@@ -180,4 +176,15 @@ func codeLabel(status int) string {
 		return strconv.Itoa(status/100) + "xx"
 	}
 	return "other"
+}
+
+// PauseOf is how long the Transport pauses the fleet after resp: what
+// ParseFeedback and PauseFor read in it, or DefaultBackoff for a 503 that
+// says nothing (never retried in a hot loop); 0 for none.
+func PauseOf(resp *http.Response) time.Duration {
+	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(DefaultBackoff, DefaultMaxPause)
+	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
+		return DefaultBackoff
+	}
+	return d
 }

@@ -9,6 +9,7 @@ package httpjob
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,24 +157,13 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		return queue.Reschedule(pauseFor(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		// Again when the pause the Transport set for the fleet ends.
+		return queue.Reschedule(cmp.Or(downstream.PauseOf(resp), downstream.DefaultBackoff), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
 		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
 	default:
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", Type, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
 	}
-}
-
-// pauseFor is when a job refused with 429 or 503 runs again: the pause
-// that the Transport set for the whole fleet from the same answer, and
-// the default backoff for an answer that says nothing (a 503 without
-// Retry-After is not counted as a refusal by ParseFeedback).
-func pauseFor(resp *http.Response) time.Duration {
-	fb := downstream.ParseFeedback(resp.StatusCode, resp.Header, time.Now())
-	if d := fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause); d > 0 {
-		return d
-	}
-	return downstream.DefaultBackoff
 }
 
 // redact removes the full URL (which may hold credentials or tokens in
