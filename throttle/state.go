@@ -50,8 +50,8 @@ func (s State) Paused() time.Duration {
 
 // State reads key's bucket under lim and its concurrency leases in one
 // round trip, booking nothing: the reserve script, peeking, answers the
-// next slot and the share; TIME, HMGET and ZRANGE the clock, the pause,
-// the ceiling and the leases still held. A key never used reads as a full
+// next slot, the share and its ceiling; TIME, HGET and ZRANGE the clock,
+// the pause's end and the leases still held. A key never used reads as a full
 // share, no pause and no leases.
 func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, error) {
 	lim.MaxWait = -1 // the script answers a slot later than now with its delay as the retry
@@ -70,32 +70,24 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	pipe := t.client.Pipeline()
 	peek := scripts.ThrottleReserve.Eval(ctx, pipe, []string{rk}, c.reserveArgs(1, false, t.now())...)
 	tm := pipe.Time(ctx)
-	hm := pipe.HMGet(ctx, rk, "p", "c", "t")
+	pausedUntil := pipe.HGet(ctx, rk, "p")
 	leases := pipe.ZRangeWithScores(ctx, ck, 0, -1) // scored by their expiry
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return State{}, fmt.Errorf("sluice: throttle state: %w", err)
 	}
 	v, err := peek.Int64Slice()
-	if err != nil || len(v) < 8 {
+	if err != nil || len(v) < 9 {
 		return State{}, fmt.Errorf("sluice: throttle state: unexpected reply %v (%v)", v, err)
 	}
 	now := tm.Val().UnixMicro()
 	if t.clock != nil {
 		now = t.clock().UnixMicro()
 	}
-	var f [3]int64 // p, c, t
-	for i, x := range hm.Val() {
-		s, _ := x.(string)
-		f[i], _ = strconv.ParseInt(s, 10, 64)
-	}
-	st := State{Now: time.UnixMicro(now), Share: float64(v[7]) / shareFull, Ceiling: 1, Next: time.Duration(v[2]) * time.Microsecond}
+	st := State{Now: time.UnixMicro(now), Share: float64(v[7]) / shareFull, Ceiling: float64(v[8]) / (100 * shareFull),
+		Next: time.Duration(v[2]) * time.Microsecond}
 	st.PerSecond = c.perSecond(st.Share)
-	if f[0] > now {
-		st.PausedUntil = time.UnixMicro(f[0])
-	}
-	if hm.Val()[2] != nil {
-		// prelude.lua's share: the ceiling creeps back at 1% a minute.
-		st.Ceiling = min(shareFull, float64(f[1])+float64(max(now-f[2], 0))*100/60e6) / shareFull
+	if p, _ := strconv.ParseInt(pausedUntil.Val(), 10, 64); p > now {
+		st.PausedUntil = time.UnixMicro(p)
 	}
 	for _, z := range leases.Val() {
 		if int64(z.Score) > now {

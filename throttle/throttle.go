@@ -413,9 +413,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		}
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: %w", err)
 	}
-	want := 8 // the Limit's own bucket; with Also, the slot and 3 values a bucket
+	want := 9 // the Limit's own bucket; with Also, the slot and 3 values a bucket
 	if len(c.also) > 0 {
-		want = 9 + 3*len(c.also)
+		want = 10 + 3*len(c.also)
 	}
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
@@ -429,8 +429,8 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		queued: book && v[0] == 1,
 	}
 	if len(c.also) > 0 {
-		r.slot = v[8]
-		for i := 9; i < len(v); i += 3 {
+		r.slot = v[9]
+		for i := 10; i < len(v); i += 3 {
 			r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
 		}
 	}

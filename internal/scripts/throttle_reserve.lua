@@ -29,7 +29,9 @@
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
---          points)}; with further buckets, then the slot (µs) and for each
+--          points) and its ceiling (hundredths of a basis point: it creeps
+--          by fractions of one)}; with further buckets, then the slot
+--          (µs) and for each
 --          further bucket its a and f after the reservation (0 and 0 when
 --          none was made) and the pr it was paced at
 local key = KEYS[1]
@@ -75,7 +77,7 @@ for i, x in ipairs(b) do
 end
 
 local function reply(taken, retry, booked)
-  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh}
+  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100)}
   if booked then r[5], r[6] = b[1].at, b[1].frac end
   if #b > 1 then
     r[#r + 1] = now + delay
