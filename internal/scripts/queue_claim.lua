@@ -105,11 +105,11 @@ while n < room and empties < 32 do
     -- budgets are spent as jobs are taken: payloads are base64 in the
     -- envelope and string fields escape their quotes, so this text only
     -- ever is the downstream field). That one and those behind it go back.
-    local stop
+    local stop, status
     for i, h in ipairs(got) do
       local task, class, msg = read(h)
       if not task or (peek and string.find(h, '"downstream":"', 1, true) and not spend(tenant, h)) then
-        stop = i
+        stop, status = i, task and 1 or 4
         break
       end
       hand_over(H, task, class, msg, now)
@@ -137,10 +137,7 @@ while n < room and empties < 32 do
         redis.call('HDEL', KEYS[5], tenant)
       end
     end
-    if stop then
-      if not read(got[stop]) then return {4, tenant, got[stop]} end
-      return {1, tenant, got[stop]}
-    end
+    if stop then return {status, tenant, got[stop]} end
   end
 end
 flush(H)
