@@ -81,10 +81,7 @@ func (p *parser) config(f *file) *Config {
 			p.add(p.keys[path].key, path, nil, "a downstream's name must be 1 to %d characters of A-Z, a-z, 0-9, _, . and -", names.MaxLen)
 			continue
 		}
-		d, ok := p.downstream(&ent.val, ent.name, path)
-		if !ok {
-			continue
-		}
+		d := p.downstream(&ent.val, ent.name, path)
 		if d.BaseURL != nil {
 			b := originOf(d.BaseURL) + basePath(d.BaseURL)
 			if prev, dup := bases[b]; dup {
@@ -104,9 +101,7 @@ func (p *parser) config(f *file) *Config {
 		case len(ent.name) > queue.MaxTenantLen:
 			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", queue.MaxTenantLen, len(ent.name))
 		default:
-			if t, ok := p.tenant(&ent.val, ent.name, path); ok {
-				cfg.Tenants[ent.name] = t
-			}
+			cfg.Tenants[ent.name] = p.tenant(&ent.val, ent.name, path)
 		}
 	}
 	return cfg
@@ -114,7 +109,7 @@ func (p *parser) config(f *file) *Config {
 
 // queue checks the queue section. A value that a check refuses may be in
 // what it returns, as from downstream, pace and tenant: a problem found
-// makes Parse return no Config. Where a default is not zero, the checks
+// makes decode return no Config. Where a default is not zero, the checks
 // refuse zero, so cmp.Or tells a value given from one left out.
 func (p *parser) queue(qf *queueFile) Queue {
 	switch key, ok := p.keys["queue"]; {
@@ -137,11 +132,10 @@ func (p *parser) queue(qf *queueFile) Queue {
 		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention}
 }
 
-func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downstream, bool) {
+func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstream {
 	if p.keys[path].bad {
-		return queue.Downstream{}, false
+		return queue.Downstream{}
 	}
-	before := len(p.errs)
 	d := queue.Downstream{Name: name, Limit: p.pace(path, df.Rate, df.Per, df.Burst), Timeout: cmp.Or(df.Timeout, 30*time.Second), PerTenant: df.PerTenant}
 	d.Limit.Name, d.Limit.MaxWait = name, throttle.DefaultMaxWait
 	if n := p.value(path + ".base_url"); n != nil {
@@ -178,13 +172,10 @@ func (p *parser) downstream(df *downstreamFile, name, path string) (queue.Downst
 	if p.has(path + ".headers") {
 		d.Headers = p.headers(df.Headers, path+".headers")
 	}
-	if len(p.errs) > before || p.keys[path].flawed {
-		return d, false
-	}
 	if df.Concurrency > 0 {
 		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: cmp.Or(df.Lease, throttle.DefaultLease)}
 	}
-	return d, true
+	return d
 }
 
 // pace checks the rate, per and burst of a downstream or of one of its
@@ -272,27 +263,20 @@ func expandEnv(s string) (string, error) {
 	}
 }
 
-func (p *parser) tenant(tf *tenantFile, id, path string) (Tenant, bool) {
-	t := Tenant{ID: id, Weight: int(cmp.Or(tf.Weight, 1)), Class: tf.Class}
-	before := len(p.errs)
-	if p.keys[path].bad {
-		return t, false
-	}
+func (p *parser) tenant(tf *tenantFile, id, path string) Tenant {
+	t, before := Tenant{ID: id, Weight: int(cmp.Or(tf.Weight, 1)), Class: tf.Class}, len(p.errs)
 	inRange(p, path+".weight", tf.Weight, 1, 100)
 	if n := p.value(path + ".class"); n != nil && !names.Valid(tf.Class, 32, "") {
 		p.add(n, path+".class", nil, "use 1 to 32 bytes of [A-Za-z0-9_.-], got %q", limitLen(tf.Class, 40))
 	}
-	if len(p.errs) > before || p.keys[path].flawed {
-		return t, false
-	}
-	if !p.has(path+".algorithm") && !p.has(path+".limit") && !p.has(path+".period") && !p.has(path+".burst") {
-		return t, true // no admission policy
+	if len(p.errs) > before || p.keys[path].flawed ||
+		!p.has(path+".algorithm") && !p.has(path+".limit") && !p.has(path+".period") && !p.has(path+".burst") {
+		return t // a problem found, or no admission policy
 	}
 	pol := algorithms.Policy{Algorithm: algorithms.Algorithm(tf.Algorithm), Limit: tf.Limit, Period: tf.Period, Burst: tf.Burst}
 	if err := pol.Validate(); err != nil {
 		p.policy(err, path, nil)
-		return t, false
 	}
 	t.Policy = &pol
-	return t, true
+	return t
 }
