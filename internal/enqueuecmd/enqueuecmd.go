@@ -178,13 +178,12 @@ func one(ctx context.Context, p *queue.Producer, job queue.Job, o options) (queu
 // before trying again.
 func classify(err error) (int, time.Duration) {
 	var rl *queue.RateLimitedError
-	var qf *queue.QueueFullError
 	switch {
 	case err == nil:
 		return ExitOK, 0
 	case errors.As(err, &rl):
 		return ExitRateLimited, rl.Decision.RetryAfter
-	case errors.As(err, &qf):
+	case errors.Is(err, queue.ErrQueueFull):
 		return ExitQueueFull, time.Second
 	case errors.Is(err, queue.ErrDuplicateJob):
 		return ExitDuplicate, 0

@@ -82,12 +82,9 @@ type tenantFile struct {
 // suffix.
 type byteSize int64
 
-func (b byteSize) String() string {
-	switch {
-	case b >= 1<<20 && b%(1<<20) == 0:
+func (b byteSize) String() string { // for the limits, 1B and 64MiB
+	if b >= 1<<20 && b%(1<<20) == 0 {
 		return fmt.Sprintf("%dMiB", b>>20)
-	case b >= 1<<10 && b%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", b>>10)
 	}
 	return fmt.Sprintf("%dB", int64(b))
 }
