@@ -331,6 +331,7 @@ type api struct {
 	proxy *httptest.Server
 	mu    sync.Mutex
 	calls []apiCall
+	held  chan struct{} // while non-nil, answers wait until it closes (hold)
 }
 
 type apiCall struct {
@@ -358,7 +359,17 @@ func newAPI(t *testing.T, cfg downstreamtest.Config) *api {
 		i := len(a.calls)
 		a.calls = append(a.calls, apiCall{id: id, at: time.Now()})
 		a.mu.Unlock()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, gate: func() {
+			a.mu.Lock()
+			held := a.held
+			a.mu.Unlock()
+			if held != nil {
+				select {
+				case <-held:
+				case <-r.Context().Done():
+				}
+			}
+		}}
 		rp.ServeHTTP(sw, r)
 		a.mu.Lock()
 		a.calls[i].ended = time.Now()
@@ -368,6 +379,7 @@ func newAPI(t *testing.T, cfg downstreamtest.Config) *api {
 		a.mu.Unlock()
 	}))
 	t.Cleanup(func() {
+		a.release()
 		a.fake.Close()
 		a.proxy.Close()
 		tr.CloseIdleConnections()
@@ -375,13 +387,17 @@ func newAPI(t *testing.T, cfg downstreamtest.Config) *api {
 	return a
 }
 
+// statusWriter notes a response's status; gate runs before the status
+// is written (api.hold).
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	gate   func()
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
+		w.gate()
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -389,9 +405,41 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// hold keeps every answer, to calls in flight and to new ones, from
+// reaching its caller until release: a caller that gives up meanwhile is
+// recorded with status 0.
+func (a *api) hold() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held == nil {
+		a.held = make(chan struct{})
+	}
+}
+
+// release lets held answers through.
+func (a *api) release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held != nil {
+		close(a.held)
+		a.held = nil
+	}
+}
+
+// inFlight counts the calls not answered yet.
+func (a *api) inFlight() int {
+	n := 0
+	for _, c := range a.snapshot() {
+		if c.ended.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 // URL is the downstream's base URL (the proxy's).
