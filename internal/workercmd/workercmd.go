@@ -5,6 +5,7 @@
 package workercmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +62,7 @@ func env(name, def string) string {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{limits: defaultLimits}
+	var o options
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
@@ -223,10 +224,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	lim := o.limits
-	if lim == (serverLimits{}) {
-		lim = defaultLimits
-	}
+	lim := cmp.Or(o.limits, defaultLimits)
 	w.ln = netutil.LimitListener(ln, lim.MaxConns)
 	w.http = &http.Server{
 		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
@@ -317,9 +315,6 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	return err
 }
-
-// Addr returns where the HTTP endpoints listen.
-func (w *worker) Addr() string { return w.ln.Addr().String() }
 
 // redactedPayload formats a task's payload for asynqmon as its default
 // formatter does, with the secret header values of a built-in HTTP job
