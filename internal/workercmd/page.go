@@ -100,10 +100,8 @@ func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
 // (throttle.State), the waiting room's counters, at most lim.Sleepers
 // asleep tenants and the largest backlogs of at most lim.Look tenants.
 func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
-	v := pageView{Queue: w.cfg.Queue.Name, Refresh: pageRefresh, Now: time.Now(), Bound: w.cfg.Queue.Bound}
-	if w.monitoring {
-		v.Monitoring = "/monitoring/queues/" + w.cfg.Queue.Name
-	}
+	v := pageView{Queue: w.cfg.Queue.Name, Monitoring: "/monitoring/queues/" + w.cfg.Queue.Name, Refresh: pageRefresh,
+		Now: time.Now(), Bound: w.cfg.Queue.Bound}
 	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
 	for _, name := range slices.Sorted(maps.Keys(w.cfg.Downstreams)) {
 		d := w.cfg.Downstreams[name]

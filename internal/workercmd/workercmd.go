@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -153,10 +152,7 @@ type worker struct {
 	http     *http.Server
 	ln       net.Listener
 	handlers *queue.ServeMux
-	// monitoring: asynqmon is served under /monitoring/.
-	monitoring bool
-	calls      callCounts // for the page
-	closers    []func() error
+	calls    callCounts // for the page
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
@@ -213,13 +209,9 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
 	mux.HandleFunc("GET /{$}", w.page)
-	if conn := asynqConnOpt(client); conn != nil {
-		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly,
-			PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})
-		mux.Handle("/monitoring/", mon)
-		w.monitoring = true
-		w.closers = append(w.closers, mon.Close)
-	}
+	// asynqmon is not closed: its Close would close client, the caller's.
+	mux.Handle("/monitoring/", asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: sharedConn{client},
+		ReadOnly: o.monitorReadOnly, PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)}))
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
@@ -276,12 +268,8 @@ func (w *worker) run(ctx context.Context) error {
 		}
 	}()
 	base := "http://" + w.ln.Addr().String()
-	monitoring := "off"
-	if w.monitoring {
-		monitoring = base + "/monitoring/"
-	}
 	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
-		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
+		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
 	go func() {
 		tick := time.NewTicker(sampleEvery)
 		defer tick.Stop()
@@ -310,9 +298,6 @@ func (w *worker) run(ctx context.Context) error {
 	w.log.Info("sluice worker stopped", "jobs_run", tally.total.Load(), "running_at_stop", running,
 		"finished_after_stop", finished, "returned_to_queue", returned)
 	w.th.Close()
-	for _, c := range w.closers {
-		c()
-	}
 	return err
 }
 
@@ -335,19 +320,12 @@ func redactedPayload(taskType string, payload []byte) string {
 	return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
 }
 
-// asynqConnOpt describes client's connection for asynqmon, which dials
-// its own: the same address, credentials and TLS.
-func asynqConnOpt(client redis.UniversalClient) asynq.RedisConnOpt {
-	switch c := client.(type) {
-	case *redis.Client:
-		o := c.Options()
-		return asynq.RedisClientOpt{Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
-	case *redis.ClusterClient:
-		o := c.Options()
-		return asynq.RedisClusterClientOpt{Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}
-	}
-	return nil
-}
+// sharedConn is the asynq.RedisConnOpt that hands asynqmon the worker's
+// own client: the same Redis, credentials and TLS, and no pool of its own.
+type sharedConn struct{ client redis.UniversalClient }
+
+// MakeRedisClient returns the worker's client.
+func (c sharedConn) MakeRedisClient() any { return c.client }
 
 // jobTally counts the jobs this process ran, and what became of those
 // running when it was told to stop: finished within the shutdown timeout,
