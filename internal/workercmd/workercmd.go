@@ -231,26 +231,20 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 			log.Warn("sluice: listening on every address, the HTTP endpoints answer only to localhost, 127.0.0.1 and [::1]: give the names clients use with -allowed-hosts", "addr", w.ln.Addr().String())
 		}
 	}
-	w.handlers = w.mux(dsMetrics)
-	return w, nil
-}
-
-// mux returns the worker's handlers: the built-in HTTP job.
-func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
-	mux := queue.NewServeMux()
-	// Go's default transport keeps 2 idle connections a host: with more
-	// calls in flight to one downstream, every call beyond them would
-	// open (and close) a connection of its own, whose set-up delays the
-	// call past its slot.
+	// The worker's handlers: the built-in HTTP job. Go's default transport
+	// keeps 2 idle connections a host: with more calls in flight to one
+	// downstream, every call beyond them would open (and close) a
+	// connection of its own, whose set-up delays the call past its slot.
 	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.MaxIdleConnsPerHost = max(w.o.concurrency, 2)
-	mux.Handle(httpjob.Type, &httpjob.Handler{
+	base.MaxIdleConnsPerHost = max(o.concurrency, 2)
+	w.handlers = queue.NewServeMux()
+	w.handlers.Handle(httpjob.Type, &httpjob.Handler{
 		Throttle: w.th,
-		Metrics:  m,
+		Metrics:  dsMetrics,
 		Base:     base,
-		Resolve:  w.cfg.ResolveHTTP,
+		Resolve:  cfg.ResolveHTTP,
 	})
-	return mux
+	return w, nil
 }
 
 // run serves until ctx is done, then shuts down gracefully: the HTTP
