@@ -76,12 +76,9 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		go func() { w.run(runCtx); done <- struct{}{} }()
 	}
 	var admitted, refused atomic.Int64
-	producers := []struct {
-		tenant string
-		rate   int64
-	}{{"acme", quota}, {"globex", quota}, {"initech", quota / 2}, {"small-shop", quota / 2}}
-	for _, p := range producers {
-		go produce(ctx, workers[0].producer, p.tenant, p.rate, base.String(), &admitted, &refused)
+	producers := map[string]int64{"acme": quota, "globex": quota, "initech": quota / 2, "small-shop": quota / 2}
+	for tenant, rate := range producers {
+		go produce(ctx, workers[0].producer, tenant, rate, base.String(), &admitted, &refused)
 	}
 	start := time.Now()
 	tick := time.NewTicker(time.Second)

@@ -141,7 +141,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // worker is one running worker process.
 type worker struct {
-	client   redis.UniversalClient
 	cfg      *policy.Config
 	o        options
 	log      *slog.Logger
@@ -156,7 +155,7 @@ type worker struct {
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
-	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
+	w := &worker{cfg: cfg, o: o, log: log, reg: reg}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	thMetrics, err := throttle.NewMetrics(reg)
 	if err != nil {
