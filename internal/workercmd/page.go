@@ -191,18 +191,13 @@ func (w *worker) responsesByDownstream() (all, refused map[string]float64) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			var name, code string
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "downstream":
-					name = l.GetValue()
-				case "code":
-					code = l.GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
 			}
-			n := m.GetCounter().GetValue()
+			n, name := m.GetCounter().GetValue(), labels["downstream"]
 			all[name] += n
-			if code == "429" {
+			if labels["code"] == "429" {
 				refused[name] += n
 			}
 		}
