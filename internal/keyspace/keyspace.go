@@ -21,7 +21,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/names"
 )
@@ -55,13 +54,5 @@ func Key(prefix, kind, id string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.Grow(len(prefix) + len(kind) + len(enc) + 4)
-	b.WriteString(prefix)
-	b.WriteByte(':')
-	b.WriteString(kind)
-	b.WriteString(":{")
-	b.WriteString(enc)
-	b.WriteByte('}')
-	return b.String(), nil
+	return prefix + ":" + kind + ":{" + enc + "}", nil
 }

@@ -5,6 +5,8 @@
 // digits and a few punctuation bytes that mean nothing there.
 package names
 
+import "strings"
+
 // MaxLen is the longest queue or downstream name, in bytes.
 const MaxLen = 64
 
@@ -28,10 +30,5 @@ func nameByte(c byte, extra string) bool {
 	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
 		return true
 	}
-	for i := 0; i < len(extra); i++ {
-		if extra[i] == c {
-			return true
-		}
-	}
-	return false
+	return strings.IndexByte(extra, c) >= 0
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 
@@ -57,12 +58,7 @@ func (f Flags) Client() (redis.UniversalClient, error) {
 		o.TLSConfig.RootCAs = pool
 	}
 	if f.Cluster != "" {
-		opts := &redis.ClusterOptions{}
-		for _, a := range strings.Split(f.Cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				opts.Addrs = append(opts.Addrs, a)
-			}
-		}
+		opts := &redis.ClusterOptions{Addrs: strings.FieldsFunc(f.Cluster, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
 		if len(opts.Addrs) == 0 {
 			return nil, errors.New("-redis-cluster: no address")
 		}

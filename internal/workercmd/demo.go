@@ -75,13 +75,10 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	for _, w := range workers {
 		go func() { w.run(runCtx); done <- struct{}{} }()
 	}
-	var admitted, refused, full atomic.Int64
-	producers := []struct {
-		tenant string
-		rate   int64
-	}{{"acme", quota}, {"globex", quota}, {"initech", quota / 2}, {"small-shop", quota / 2}}
-	for _, p := range producers {
-		go produce(ctx, workers[0].producer, p.tenant, p.rate, base.String(), &admitted, &refused, &full)
+	var admitted, refused atomic.Int64
+	producers := map[string]int64{"acme": quota, "globex": quota, "initech": quota / 2, "small-shop": quota / 2}
+	for tenant, rate := range producers {
+		go produce(ctx, workers[0].producer, tenant, rate, base.String(), &admitted, &refused)
 	}
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -130,7 +127,7 @@ loop:
 const demoSettle = 5 * time.Second
 
 // produce enqueues HTTP jobs for tenant at about rate per second.
-func produce(ctx context.Context, p *queue.Producer, tenant string, rate int64, base string, admitted, refused, full *atomic.Int64) {
+func produce(ctx context.Context, p *queue.Producer, tenant string, rate int64, base string, admitted, refused *atomic.Int64) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for n := 0; ; n++ {
@@ -141,18 +138,11 @@ func produce(ctx context.Context, p *queue.Producer, tenant string, rate int64, 
 		}
 		payload := fmt.Sprintf(`{"method":"POST","url":%q,"body":"order %d"}`, base+"orders", n)
 		_, err := p.Enqueue(ctx, queue.Job{Tenant: tenant, Type: httpjob.Type, Downstream: "demo-api", Payload: []byte(payload)})
-		switch {
-		case err == nil:
+		var rl *queue.RateLimitedError
+		if err == nil {
 			admitted.Add(1)
-		case isRateLimited(err):
+		} else if errors.As(err, &rl) {
 			refused.Add(1)
-		default:
-			full.Add(1)
 		}
 	}
-}
-
-func isRateLimited(err error) bool {
-	var rl *queue.RateLimitedError
-	return errors.As(err, &rl)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -106,20 +105,12 @@ func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ownOrigin reports whether an Origin field names one of the worker's
-// own origins: http or https and a host it answers to.
+// own origins: http or https and a host it answers to, nothing more.
 func (g *hostGuard) ownOrigin(values []string) bool {
 	if len(values) != 1 {
 		return false
 	}
-	u, err := url.Parse(values[0])
-	if err != nil || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
-		return false
-	}
-	switch u.Scheme {
-	case "http":
-		return g.allowed(u.Host, "80")
-	case "https":
-		return g.allowed(u.Host, "443")
-	}
-	return false
+	scheme, host, _ := strings.Cut(strings.ToLower(values[0]), "://")
+	port := map[string]string{"http": "80", "https": "443"}[scheme]
+	return port != "" && !strings.ContainsAny(host, "/?#@ ") && g.allowed(host, port)
 }

@@ -70,6 +70,8 @@ func TestHostGuard(t *testing.T) {
 		{"loopback", "127.0.0.1:9090", "", 403},
 		{"loopback", "127.0.0.1:9090", "file://", 403},
 		{"loopback", "127.0.0.1:9090", "http://u@127.0.0.1:9090", 403},
+		{"loopback", "127.0.0.1:9090", "http://127.0.0.1:9090/x", 403},
+		{"loopback", "127.0.0.1:9090", "HTTP://LOCALHOST:9090", 200},
 		{"loopback+extra", "sluice.internal", "https://sluice.internal", 200},
 		{"loopback+extra", "sluice.internal", "http://sluice.internal:8080", 200},
 		{"loopback+extra", "proxy.example:8443", "https://proxy.example:8443", 200},

@@ -47,7 +47,7 @@ func startLimitedWorker(t *testing.T, lim serverLimits) string {
 			t.Error(err)
 		}
 	})
-	return w.Addr()
+	return w.ln.Addr().String()
 }
 
 // closedWithin reads c until the server closes it and reports how long

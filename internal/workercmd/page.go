@@ -100,10 +100,8 @@ func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
 // (throttle.State), the waiting room's counters, at most lim.Sleepers
 // asleep tenants and the largest backlogs of at most lim.Look tenants.
 func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
-	v := pageView{Queue: w.cfg.Queue.Name, Refresh: pageRefresh, Now: time.Now(), Bound: w.cfg.Queue.Bound}
-	if w.monitoring {
-		v.Monitoring = "/monitoring/queues/" + w.cfg.Queue.Name
-	}
+	v := pageView{Queue: w.cfg.Queue.Name, Monitoring: "/monitoring/queues/" + w.cfg.Queue.Name, Refresh: pageRefresh,
+		Now: time.Now(), Bound: w.cfg.Queue.Bound}
 	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
 	for _, name := range slices.Sorted(maps.Keys(w.cfg.Downstreams)) {
 		d := w.cfg.Downstreams[name]
@@ -193,18 +191,13 @@ func (w *worker) responsesByDownstream() (all, refused map[string]float64) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			var name, code string
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "downstream":
-					name = l.GetValue()
-				case "code":
-					code = l.GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
 			}
-			n := m.GetCounter().GetValue()
+			n, name := m.GetCounter().GetValue(), labels["downstream"]
 			all[name] += n
-			if code == "429" {
+			if labels["code"] == "429" {
 				refused[name] += n
 			}
 		}

@@ -110,9 +110,6 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 	t.Cleanup(func() {
 		w.ln.Close()
 		w.th.Close()
-		for _, c := range w.closers {
-			c()
-		}
 	})
 	qc := cfg.QueueConfig()
 	p, err := queue.NewProducer(client, &qc)

@@ -21,7 +21,13 @@ func connect(ctx context.Context, f redisconn.Flags, log io.Writer) (redis.Unive
 		if err != nil {
 			return nil, nil, err
 		}
-		return c, func() { c.Close() }, ping(ctx, c)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := c.Ping(ctx).Err(); err != nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("connecting to Redis: %w", err)
+		}
+		return c, func() { c.Close() }, nil
 	}
 	if f.CAFile != "" {
 		return nil, nil, fmt.Errorf("-redis-ca is set but no -redis URL")
@@ -33,13 +39,4 @@ func connect(ctx context.Context, f redisconn.Flags, log io.Writer) (redis.Unive
 	fmt.Fprintf(log, "sluice: no Redis configured (-redis, SLUICE_REDIS_URL): started an embedded Redis (miniredis) at %s; its data is lost when the worker exits\n", m.Addr())
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	return c, func() { c.Close(); m.Close() }, nil
-}
-
-func ping(ctx context.Context, c redis.UniversalClient) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("connecting to Redis: %w", err)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@
 package workercmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/hibiken/asynqmon"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -61,7 +61,7 @@ func env(name, def string) string {
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{limits: defaultLimits}
+	var o options
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
@@ -141,7 +141,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // worker is one running worker process.
 type worker struct {
-	client   redis.UniversalClient
 	cfg      *policy.Config
 	o        options
 	log      *slog.Logger
@@ -152,14 +151,11 @@ type worker struct {
 	http     *http.Server
 	ln       net.Listener
 	handlers *queue.ServeMux
-	// monitoring: asynqmon is served under /monitoring/.
-	monitoring bool
-	calls      callCounts // for the page
-	closers    []func() error
+	calls    callCounts // for the page
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
-	w := &worker{client: client, cfg: cfg, o: o, log: log, reg: reg}
+	w := &worker{cfg: cfg, o: o, log: log, reg: reg}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	thMetrics, err := throttle.NewMetrics(reg)
 	if err != nil {
@@ -212,21 +208,14 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
 	mux.HandleFunc("GET /{$}", w.page)
-	if conn := asynqConnOpt(client); conn != nil {
-		mon := asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: conn, ReadOnly: o.monitorReadOnly,
-			PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})
-		mux.Handle("/monitoring/", mon)
-		w.monitoring = true
-		w.closers = append(w.closers, mon.Close)
-	}
+	// asynqmon is not closed: its Close would close client, the caller's.
+	mux.Handle("/monitoring/", asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: sharedConn{client},
+		ReadOnly: o.monitorReadOnly, PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)}))
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
-	lim := o.limits
-	if lim == (serverLimits{}) {
-		lim = defaultLimits
-	}
+	lim := cmp.Or(o.limits, defaultLimits)
 	w.ln = netutil.LimitListener(ln, lim.MaxConns)
 	w.http = &http.Server{
 		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
@@ -241,26 +230,20 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 			log.Warn("sluice: listening on every address, the HTTP endpoints answer only to localhost, 127.0.0.1 and [::1]: give the names clients use with -allowed-hosts", "addr", w.ln.Addr().String())
 		}
 	}
-	w.handlers = w.mux(dsMetrics)
-	return w, nil
-}
-
-// mux returns the worker's handlers: the built-in HTTP job.
-func (w *worker) mux(m *downstream.Metrics) *queue.ServeMux {
-	mux := queue.NewServeMux()
-	// Go's default transport keeps 2 idle connections a host: with more
-	// calls in flight to one downstream, every call beyond them would
-	// open (and close) a connection of its own, whose set-up delays the
-	// call past its slot.
+	// The worker's handlers: the built-in HTTP job. Go's default transport
+	// keeps 2 idle connections a host: with more calls in flight to one
+	// downstream, every call beyond them would open (and close) a
+	// connection of its own, whose set-up delays the call past its slot.
 	base := http.DefaultTransport.(*http.Transport).Clone()
-	base.MaxIdleConnsPerHost = max(w.o.concurrency, 2)
-	mux.Handle(httpjob.Type, &httpjob.Handler{
+	base.MaxIdleConnsPerHost = max(o.concurrency, 2)
+	w.handlers = queue.NewServeMux()
+	w.handlers.Handle(httpjob.Type, &httpjob.Handler{
 		Throttle: w.th,
-		Metrics:  m,
+		Metrics:  dsMetrics,
 		Base:     base,
-		Resolve:  w.cfg.ResolveHTTP,
+		Resolve:  cfg.ResolveHTTP,
 	})
-	return mux
+	return w, nil
 }
 
 // run serves until ctx is done, then shuts down gracefully: the HTTP
@@ -278,12 +261,8 @@ func (w *worker) run(ctx context.Context) error {
 		}
 	}()
 	base := "http://" + w.ln.Addr().String()
-	monitoring := "off"
-	if w.monitoring {
-		monitoring = base + "/monitoring/"
-	}
 	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
-		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", monitoring)
+		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
 	go func() {
 		tick := time.NewTicker(sampleEvery)
 		defer tick.Stop()
@@ -312,14 +291,8 @@ func (w *worker) run(ctx context.Context) error {
 	w.log.Info("sluice worker stopped", "jobs_run", tally.total.Load(), "running_at_stop", running,
 		"finished_after_stop", finished, "returned_to_queue", returned)
 	w.th.Close()
-	for _, c := range w.closers {
-		c()
-	}
 	return err
 }
-
-// Addr returns where the HTTP endpoints listen.
-func (w *worker) Addr() string { return w.ln.Addr().String() }
 
 // redactedPayload formats a task's payload for asynqmon as its default
 // formatter does, with the secret header values of a built-in HTTP job
@@ -340,19 +313,12 @@ func redactedPayload(taskType string, payload []byte) string {
 	return asynqmon.DefaultPayloadFormatter.FormatPayload(taskType, payload)
 }
 
-// asynqConnOpt describes client's connection for asynqmon, which dials
-// its own: the same address, credentials and TLS.
-func asynqConnOpt(client redis.UniversalClient) asynq.RedisConnOpt {
-	switch c := client.(type) {
-	case *redis.Client:
-		o := c.Options()
-		return asynq.RedisClientOpt{Addr: o.Addr, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig}
-	case *redis.ClusterClient:
-		o := c.Options()
-		return asynq.RedisClusterClientOpt{Addrs: o.Addrs, Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig}
-	}
-	return nil
-}
+// sharedConn is the asynq.RedisConnOpt that hands asynqmon the worker's
+// own client: the same Redis, credentials and TLS, and no pool of its own.
+type sharedConn struct{ client redis.UniversalClient }
+
+// MakeRedisClient returns the worker's client.
+func (c sharedConn) MakeRedisClient() any { return c.client }
 
 // jobTally counts the jobs this process ran, and what became of those
 // running when it was told to stop: finished within the shutdown timeout,
