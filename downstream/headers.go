@@ -348,17 +348,14 @@ func plainMembers(line string) []string {
 // longest reads the longest duration among the lines, each read whole
 // first (an HTTP-date has a comma), else member by member.
 func longest(lines []string, now time.Time, parse func(string, time.Time) (time.Duration, bool)) (d time.Duration, found bool) {
-	take := func(v string) bool {
-		v1, ok := parse(v, now)
-		if ok {
-			d, found = max(d, v1), true
-		}
-		return ok
-	}
 	for _, line := range lines {
-		if !take(line) {
-			for _, s := range plainMembers(line) {
-				take(s)
+		vs := []string{line}
+		if _, ok := parse(line, now); !ok {
+			vs = plainMembers(line)
+		}
+		for _, v := range vs {
+			if v1, ok := parse(v, now); ok {
+				d, found = max(d, v1), true
 			}
 		}
 	}
@@ -561,10 +558,7 @@ func sfNumber(v any) (float64, bool) {
 	if i, isInt := v.(int64); isInt {
 		n, ok = float64(i), true
 	}
-	if !ok || n < 0 {
-		return 0, false
-	}
-	return n, true
+	return max(n, 0), ok && n >= 0
 }
 
 // sfCount reads a number as a count, dropping its fraction; -1 and false

@@ -70,12 +70,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Throttle == nil {
 		return nil, errors.New("sluice: downstream.Transport: nil Throttle")
 	}
-	ctx, key, base := req.Context(), req.URL.Host, t.Base
+	ctx, key, base := req.Context(), req.URL.Host, cmp.Or(t.Base, http.DefaultTransport)
 	if t.Key != nil {
 		key = t.Key(req)
-	}
-	if base == nil {
-		base = http.DefaultTransport
 	}
 	var lease *throttle.Lease
 	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
@@ -160,22 +157,17 @@ func (m *Metrics) observe(name, code string) {
 	}
 }
 
-// alertCodes are the statuses that keep their own code label.
-var alertCodes = map[int]bool{
-	200: true, 201: true, 202: true, 204: true,
-	400: true, 401: true, 403: true, 404: true, 409: true, 422: true, 429: true,
-	500: true, 502: true, 503: true, 504: true,
-}
-
-// codeLabel is the code label of a response's status, as NewMetrics says.
+// codeLabel is the code label of a response's status, as NewMetrics says:
+// the statuses people alert on keep their own.
 func codeLabel(status int) string {
-	switch {
-	case alertCodes[status]:
+	switch status {
+	case 200, 201, 202, 204, 400, 401, 403, 404, 409, 422, 429, 500, 502, 503, 504:
 		return strconv.Itoa(status)
-	case status >= 200 && status < 600:
-		return strconv.Itoa(status/100) + "xx"
 	}
-	return "other"
+	if status < 200 || status >= 600 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
 }
 
 // PauseOf is how long the Transport pauses the fleet after resp: what

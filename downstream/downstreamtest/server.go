@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -53,7 +54,7 @@ type Config struct {
 type Fault struct {
 	status int           // the answer's status; 0: no fault
 	hang   bool          // no answer at all
-	retry  int           // Retry-After in seconds; -1: none
+	retry  string        // Retry-After; "": none
 	dated  bool          // Retry-After as an HTTP-date, date after the arrival
 	date   time.Duration // how far after the arrival, when dated
 }
@@ -63,7 +64,7 @@ var (
 	// FaultNone clears any fault: the server enforces its quota normally.
 	FaultNone = Fault{}
 	// Fault429NoHeader answers every call 429 without Retry-After.
-	Fault429NoHeader = Fault{status: http.StatusTooManyRequests, retry: -1}
+	Fault429NoHeader = Fault{status: http.StatusTooManyRequests}
 	// FaultHang answers no call: each is held until its client gives up
 	// or Close.
 	FaultHang = Fault{hang: true}
@@ -72,7 +73,7 @@ var (
 // Fault429Seconds answers every call 429 with "Retry-After: n" (n below 0
 // sends 0).
 func Fault429Seconds(n int) Fault {
-	return Fault{status: http.StatusTooManyRequests, retry: max(n, 0)}
+	return Fault{status: http.StatusTooManyRequests, retry: strconv.Itoa(max(n, 0))}
 }
 
 // Fault429Date answers every call 429 with Retry-After as an HTTP-date d
@@ -85,9 +86,9 @@ func Fault429Date(d time.Duration) Fault {
 // positive, and without Retry-After otherwise.
 func Fault503(n int) Fault {
 	if n <= 0 {
-		n = -1
+		return Fault{status: http.StatusServiceUnavailable}
 	}
-	return Fault{status: http.StatusServiceUnavailable, retry: n}
+	return Fault{status: http.StatusServiceUnavailable, retry: strconv.Itoa(n)}
 }
 
 // Counts is what a Server has answered. Each call is counted when it
@@ -169,10 +170,6 @@ func NewServer(cfg Config) *Server {
 // path below it is served.
 func (f *Server) URL() string { return f.ts.URL }
 
-// Client returns an HTTP client for the server; Close closes its idle
-// connections.
-func (f *Server) Client() *http.Client { return f.ts.Client() }
-
 // Close stops the server: it aborts the calls held by FaultHang or in
 // their Latency (their clients see the connection close, with no answer)
 // and waits for every handler to return. Close may be called again.
@@ -207,10 +204,8 @@ func (f *Server) Counts() Counts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.counts
-	c.ByStatus = make(map[int]int, len(f.counts.ByStatus))
-	for k, v := range f.counts.ByStatus {
-		c.ByStatus[k] = v
-	}
+	c.ByStatus = maps.Clone(c.ByStatus)
+	c.OK, c.Limited = c.ByStatus[http.StatusOK], c.ByStatus[http.StatusTooManyRequests]
 	return c
 }
 
@@ -243,13 +238,10 @@ func (f *Server) decide(at time.Time) (status int, retryAfter, body string) {
 		date := at.Add(flt.date + time.Second - 1).Truncate(time.Second)
 		return flt.status, date.UTC().Format(http.TimeFormat), bodyLimited
 	case flt.status != 0:
-		if flt.retry >= 0 {
-			retryAfter = strconv.Itoa(flt.retry)
-		}
 		if body = bodyLimited; flt.status == http.StatusServiceUnavailable {
 			body = bodyUnavailable
 		}
-		return flt.status, retryAfter, body
+		return flt.status, flt.retry, body
 	case f.cfg.MaxConcurrent > 0 && f.counts.InFlight > f.cfg.MaxConcurrent:
 		return http.StatusTooManyRequests, "1", bodyConcurrency
 	case f.limiter == nil:
@@ -274,26 +266,16 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.counts.InFlight++
 	f.counts.MaxInFlight = max(f.counts.MaxInFlight, f.counts.InFlight)
 	status, retryAfter, body := f.decide(at)
-	switch {
-	case status == http.StatusOK:
-		f.counts.OK++
-	case status == http.StatusTooManyRequests:
-		f.counts.Limited++
-	}
 	if status != 0 {
 		f.counts.ByStatus[status]++
 	}
 	f.mu.Unlock()
 
-	inFlight := true
-	leave := func() {
-		if inFlight {
-			inFlight = false
-			f.mu.Lock()
-			f.counts.InFlight--
-			f.mu.Unlock()
-		}
-	}
+	leave := sync.OnceFunc(func() {
+		f.mu.Lock()
+		f.counts.InFlight--
+		f.mu.Unlock()
+	})
 	defer leave()
 
 	_, _ = io.Copy(io.Discard, r.Body)

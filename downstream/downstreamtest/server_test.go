@@ -54,7 +54,7 @@ func fakeDo(t *testing.T, f *Server, method, path, body string) fakeAnswer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := f.Client().Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -334,7 +334,7 @@ func TestFakeMaxConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL()+"/slow", nil)
-			if resp, err := f.Client().Do(req); err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
 				t.Error("a call held by Latency was answered")
 			}
@@ -446,7 +446,7 @@ func TestFakeHangReleasedWhenClientGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL(), nil)
-	if resp, err := f.Client().Do(req); err == nil {
+	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatal("a hung call was answered")
 	}
@@ -466,7 +466,7 @@ func TestFakeArrivalsUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				resp, err := f.Client().Post(f.URL()+fmt.Sprintf("/w%d/%d", w, i), "application/json", strings.NewReader(`{"n":1}`))
+				resp, err := http.DefaultClient.Post(f.URL()+fmt.Sprintf("/w%d/%d", w, i), "application/json", strings.NewReader(`{"n":1}`))
 				if err != nil {
 					t.Error(err)
 					return
@@ -526,7 +526,7 @@ func TestFakeAcceptsAnyCall(t *testing.T) {
 			t.Errorf("%s %s: body %s", c.method, c.path, a.body)
 		}
 	}
-	resp, err := f.Client().Head(f.URL())
+	resp, err := http.DefaultClient.Head(f.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

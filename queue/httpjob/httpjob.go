@@ -9,7 +9,6 @@ package httpjob
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,8 +42,7 @@ type Request struct {
 	URL string `json:"url"`
 	// Header fields to send: names that are tokens, values without
 	// control characters but tab (CheckRequest). Idempotency-Key is the
-	// job's scoped id (queue.Job.ScopedID) unless this sets it: to another value, or to "" to send
-	// none.
+	// job's scoped id unless this sets it: to another value, or to "".
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
 	Body string `json:"body,omitempty"`
@@ -63,11 +61,8 @@ type Request struct {
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
 //
-// Delivery is at least once, so each request carries the job's id, scoped
-// by its tenant (queue.Job.ScopedID: "=alice/order-42"), as
-// Idempotency-Key (the header of Stripe and of the IETF httpapi draft):
-// a downstream that honours it acts once on a request sent twice, and
-// two tenants' jobs of one id never share a key.
+// Delivery is at least once, so each request carries IdempotencyHeader
+// (the header of Stripe and of the IETF httpapi draft).
 //
 // A job may only call a URL under its downstream's base URL (Resolve
 // refuses others), so that whoever can enqueue cannot make the workers
@@ -117,28 +112,23 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if err != nil {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
 	}
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
-	}
 	timeout := target.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), timeout)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, method, req.URL, strings.NewReader(req.Body))
+	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
 		// Say why without the URL: it may hold credentials.
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", Type, job.ID, urlerr.Reason(err)))
 	}
 	hr.Header.Set(IdempotencyHeader, job.ScopedID())
 	for k, v := range req.Header {
-		if v == "" && http.CanonicalHeaderKey(k) == IdempotencyHeader {
-			hr.Header.Del(IdempotencyHeader)
-			continue
-		}
 		hr.Header.Set(k, v)
+	}
+	if hr.Header.Get(IdempotencyHeader) == "" {
+		hr.Header.Del(IdempotencyHeader)
 	}
 	for k, v := range target.Headers {
 		hr.Header.Set(k, v)
@@ -157,8 +147,9 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		// Again when the pause the Transport set for the fleet ends.
-		return queue.Reschedule(cmp.Or(downstream.PauseOf(resp), downstream.DefaultBackoff), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		// Again when the pause the Transport set for the fleet ends (PauseOf
+		// is never 0 for a 429 or 503).
+		return queue.Reschedule(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
 		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
 	default:
@@ -197,7 +188,7 @@ var sensitiveHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"
 // without such a field, or that is no Request, comes back as it is.
 func Redact(payload []byte) []byte {
 	var req Request
-	if json.Unmarshal(payload, &req) != nil || len(req.Header) == 0 {
+	if json.Unmarshal(payload, &req) != nil {
 		return payload
 	}
 	changed := false
@@ -210,9 +201,6 @@ func Redact(payload []byte) []byte {
 	if !changed {
 		return payload
 	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		return payload
-	}
+	b, _ := json.Marshal(req) // strings and a map of strings always marshal
 	return b
 }
