@@ -1,0 +1,86 @@
+package throttle
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// pairs keeps, per key, the second slots of pairs that Reserve booked
+// (Options.Pairs) for the key's next calls in this process, and the pace
+// of the key's recent calls here, to decide whether to book a pair.
+type pairs struct {
+	mu    sync.Mutex
+	keys  map[string]*pairKey
+	swept time.Time
+}
+
+type pairKey struct {
+	spares []Reservation // booked, not yet handed out, the earliest first
+	last   time.Time     // the host's clock at the key's last call here
+	lead   time.Duration
+}
+
+// call notes a call of cost n on key under c at now. It returns the
+// earliest kept slot that fits the call and is not too late to use,
+// re-based on now as if reserved then (kept slots found too late are
+// dropped and counted as late). Otherwise it reports whether
+// to book a pair: when the key's calls here come closer together than
+// its last slot was ahead, so that the next call will very likely come
+// before the second slot.
+func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics) (r Reservation, kept, pair bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.keys == nil {
+		p.keys = map[string]*pairKey{}
+	}
+	if len(p.keys) > 4096 && now.Sub(p.swept) > 10*time.Second {
+		p.swept = now
+		for k, v := range p.keys {
+			if now.Sub(v.last) > time.Minute {
+				delete(p.keys, k)
+			}
+		}
+	}
+	k := p.keys[key]
+	if k == nil {
+		p.keys[key] = &pairKey{last: now}
+		return Reservation{}, false, false
+	}
+	gap := now.Sub(k.last)
+	k.last = now
+	for i := 0; i < len(k.spares); {
+		s := k.spares[i]
+		due := s.booked.Add(s.Delay)
+		switch {
+		case now.Sub(due) > s.maxLate():
+			m.reservations.WithLabelValues(s.compile.name, "late").Inc()
+			k.spares = slices.Delete(k.spares, i, i+1)
+		case s.n != n || s.compile.bucket != c.bucket || s.compile.maxWait != c.maxWait || s.compile.name != c.name:
+			i++
+		default:
+			k.spares = slices.Delete(k.spares, i, i+1)
+			s.booked, s.Delay = now, max(due.Sub(now), 0)
+			return s, true, false
+		}
+	}
+	return Reservation{}, false, gap < k.lead
+}
+
+// booked records how far ahead a booking of key was, and keeps the second
+// slot of a pair, in the order of the slots.
+func (p *pairs) booked(key string, lead time.Duration, spare *Reservation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if k := p.keys[key]; k != nil {
+		k.lead = lead
+		if spare != nil {
+			due := spare.booked.Add(spare.Delay)
+			i := 0
+			for i < len(k.spares) && !k.spares[i].booked.Add(k.spares[i].Delay).After(due) {
+				i++
+			}
+			k.spares = slices.Insert(k.spares, i, *spare)
+		}
+	}
+}
