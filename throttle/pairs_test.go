@@ -11,11 +11,12 @@ import (
 )
 
 // pairedThrottle returns a Throttle with Options.Pairs whose scripts and
-// host both read clock: the tests step time themselves.
-func pairedThrottle(t *testing.T, client redis.UniversalClient, clock *fakeClock) *Throttle {
+// host both read the clock it returns, at base: the tests step time.
+func pairedThrottle(t *testing.T, client redis.UniversalClient) (*Throttle, *fakeClock) {
+	clock := &fakeClock{t: base}
 	th := newThrottle(t, client, clock.Now, &Options{Pairs: true})
 	th.hostNow = clock.Now
-	return th
+	return th, clock
 }
 
 // storedTAT returns the TAT key's bucket holds, in µs (a, rounding f down).
@@ -36,14 +37,28 @@ func storedTAT(t *testing.T, th *Throttle, key string) int64 {
 	return v
 }
 
+// bookPair makes three calls on "api" under lim at the clock's time: the
+// third books a pair (slots 2 and 3, at 200 and 300 ms with 10 a second)
+// and is returned.
+func bookPair(t *testing.T, th *Throttle, lim Limit) Reservation {
+	t.Helper()
+	var r Reservation
+	for range 3 {
+		var err error
+		if r, err = th.Reserve(context.Background(), "api", lim, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
 // TestPairsKeepThePace: a process that calls a busy key faster than its
 // slots come books two slots in one step and hands the second to its next
 // call without asking Redis; the calls get the same evenly spaced slots
 // as one booking each would give them.
 func TestPairsKeepThePace(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		clock := &fakeClock{t: base}
-		th := pairedThrottle(t, client, clock)
+		th, clock := pairedThrottle(t, client)
 		ctx := context.Background()
 		lim := Limit{Rate: 10, MaxWait: 10 * time.Second} // 100 ms apart
 		var tats []int64
@@ -80,15 +95,10 @@ func TestPairsKeepThePace(t *testing.T) {
 // after it is dropped as a late gap, and the next call books afresh.
 func TestPairsLateKeptSlotIsAGap(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		clock := &fakeClock{t: base}
-		th := pairedThrottle(t, client, clock)
+		th, clock := pairedThrottle(t, client)
 		ctx := context.Background()
 		lim := Limit{Name: "late", Rate: 10, MaxWait: 10 * time.Second}
-		for range 3 { // the third books slots 2 and 3 (200, 300 ms)
-			if _, err := th.Reserve(ctx, "api", lim, 1); err != nil {
-				t.Fatal(err)
-			}
-		}
+		bookPair(t, th, lim)
 		clock.Set(400 * ms) // slot 3 is 100 ms past: more than half an interval
 		r, err := th.Reserve(ctx, "api", lim, 1)
 		if err != nil || !r.OK || r.Delay != 0 {
@@ -108,18 +118,10 @@ func TestPairsLateKeptSlotIsAGap(t *testing.T) {
 // Cancel gives neither back.
 func TestPairsPauseVoidsBothSlots(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		clock := &fakeClock{t: base}
-		th := pairedThrottle(t, client, clock)
+		th, _ := pairedThrottle(t, client)
 		ctx := context.Background()
 		lim := Limit{Rate: 10, MaxWait: 10 * time.Second}
-		var first Reservation
-		for range 3 {
-			r, err := th.Reserve(ctx, "api", lim, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			first = r
-		}
+		first := bookPair(t, th, lim)
 		if !first.paired {
 			t.Fatal("the third call did not book a pair")
 		}
@@ -157,8 +159,7 @@ func TestPairsPauseVoidsBothSlots(t *testing.T) {
 // ahead book one slot each, so an idle key never keeps a slot nobody uses.
 func TestPairsOnlyForBusyKeys(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		clock := &fakeClock{t: base}
-		th := pairedThrottle(t, client, clock)
+		th, clock := pairedThrottle(t, client)
 		ctx := context.Background()
 		lim := Limit{Rate: 10, MaxWait: 10 * time.Second}
 		for i := range 5 {
