@@ -72,6 +72,9 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 		return nil, err
 	}
 	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(id[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
+	if t.pairs != nil {
+		t.pairs.leased(key, t.hostNow())
+	}
 	if err := l.Extend(ctx); err != nil {
 		return nil, err
 	}

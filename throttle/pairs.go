@@ -18,35 +18,46 @@ type pairs struct {
 type pairKey struct {
 	spares []Reservation // booked, not yet handed out, the earliest first
 	last   time.Time     // the host's clock at the key's last call here
-	lead   time.Duration
+	lead   time.Duration // how far ahead the key's last booking here was
+	leased time.Time     // the key's last concurrency lease here
 }
 
-// call notes a call of cost n on key under c at now. It returns the
-// earliest kept slot that fits the call and is not too late to use,
-// re-based on now as if reserved then (kept slots found too late are
-// dropped and counted as late). Otherwise it reports whether
-// to book a pair: when the key's calls here come closer together than
-// its last slot was ahead, so that the next call will very likely come
-// before the second slot.
-func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics) (r Reservation, kept, pair bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// key returns what is kept of key, new if nothing is. Keys idle for a
+// minute are forgotten once many are known, so per-tenant keys do not
+// pile up. Callers hold p.mu.
+func (p *pairs) key(key string, now time.Time) *pairKey {
 	if p.keys == nil {
 		p.keys = map[string]*pairKey{}
 	}
 	if len(p.keys) > 4096 && now.Sub(p.swept) > 10*time.Second {
 		p.swept = now
-		for k, v := range p.keys {
-			if now.Sub(v.last) > time.Minute {
-				delete(p.keys, k)
+		for name, k := range p.keys {
+			if now.Sub(k.last) > time.Minute && now.Sub(k.leased) > time.Minute {
+				delete(p.keys, name)
 			}
 		}
 	}
 	k := p.keys[key]
 	if k == nil {
-		p.keys[key] = &pairKey{last: now}
-		return Reservation{}, false, false
+		k = &pairKey{}
+		p.keys[key] = k
 	}
+	return k
+}
+
+// call notes a call of cost n on key under c at now. It returns the
+// earliest kept slot that fits the call and is not too late to use,
+// re-based on now as if reserved then (kept slots found too late are
+// dropped and counted as late). Otherwise it reports whether to book a
+// pair: when the key's calls here come closer together than its last
+// slot was ahead, so that the next call will very likely come before the
+// second slot, and the key's calls here have not waited for a
+// concurrency lease in the last minute (the next lease may go to another
+// process, and the second slot with it).
+func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics) (r Reservation, kept, pair bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := p.key(key, now)
 	gap := now.Sub(k.last)
 	k.last = now
 	for i := 0; i < len(k.spares); {
@@ -64,7 +75,7 @@ func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics)
 			return s, true, false
 		}
 	}
-	return Reservation{}, false, gap < k.lead
+	return Reservation{}, false, gap < k.lead && now.Sub(k.leased) > time.Minute
 }
 
 // booked records how far ahead a booking of key was, and keeps the second
@@ -72,15 +83,24 @@ func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics)
 func (p *pairs) booked(key string, lead time.Duration, spare *Reservation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if k := p.keys[key]; k != nil {
-		k.lead = lead
-		if spare != nil {
-			due := spare.booked.Add(spare.Delay)
-			i := 0
-			for i < len(k.spares) && !k.spares[i].booked.Add(k.spares[i].Delay).After(due) {
-				i++
-			}
-			k.spares = slices.Insert(k.spares, i, *spare)
-		}
+	k := p.keys[key]
+	if k == nil {
+		return
 	}
+	k.lead = lead
+	if spare != nil {
+		due := spare.booked.Add(spare.Delay)
+		i := 0
+		for i < len(k.spares) && !k.spares[i].booked.Add(k.spares[i].Delay).After(due) {
+			i++
+		}
+		k.spares = slices.Insert(k.spares, i, *spare)
+	}
+}
+
+// leased notes that this process leased a concurrency slot of key at now.
+func (p *pairs) leased(key string, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.key(key, now).leased = now
 }

@@ -217,3 +217,20 @@ func TestPairsKeepEverySpare(t *testing.T) {
 		t.Fatal("a third call found a kept slot; only two were booked")
 	}
 }
+
+// TestPairsNotForLeasedKeys: a key whose calls here lease a concurrency
+// slot first books one slot a call, however busy: its next call waits for
+// a lease that may go to another process, and a kept slot with it.
+func TestPairsNotForLeasedKeys(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		th, _ := pairedThrottle(t, client)
+		l, err := th.Acquire(context.Background(), "api", Concurrency{Max: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if r := bookPair(t, th, Limit{Rate: 10, MaxWait: 10 * time.Second}); r.paired {
+			t.Fatalf("a leased key booked a pair: %+v", r)
+		}
+	})
+}

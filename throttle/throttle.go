@@ -222,7 +222,8 @@ type Options struct {
 	// their slots are ahead, and keep the second for the key's next call
 	// here: half the Redis work of a busy key. A kept slot that no call
 	// takes in time stays a gap (counted as late); Cancel gives back
-	// neither slot of a pair. Limits with Also are always booked one call
+	// neither slot of a pair. Limits with Also, and keys this process has
+	// leased a concurrency slot of in the last minute, are booked one call
 	// at a time. Default off in the library; cmd/worker turns it on.
 	Pairs bool
 }
