@@ -15,6 +15,10 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // Algorithm names one of the five admission algorithms. The string values
@@ -40,6 +44,20 @@ const (
 
 // Algorithms lists every algorithm, in the order the documentation uses.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, GCRA}
+
+// impls holds each algorithm's reference model (model.go), its Lua script
+// and the short name of its Redis keys.
+var impls = map[Algorithm]struct {
+	eval   func(c *params, state any, now, n int64, consume bool) step
+	script *redis.Script
+	kind   string
+}{
+	FixedWindow:          {(*params).fixedWindow, scripts.FixedWindow, "fw"},
+	SlidingWindowLog:     {(*params).slidingLog, scripts.SlidingWindowLog, "swl"},
+	SlidingWindowCounter: {(*params).slidingCounter, scripts.SlidingWindowCounter, "swc"},
+	TokenBucket:          {(*params).tokenBucket, scripts.TokenBucket, "tb"},
+	GCRA:                 {(*params).gcra, scripts.GCRA, "gcra"},
+}
 
 // Decision is the outcome of one call to a [Limiter]. Durations are rounded
 // up to the microsecond, so a caller who waits RetryAfter is not early.

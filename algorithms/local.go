@@ -95,7 +95,7 @@ func (l *Local) do(ctx context.Context, key string, n int64, consume bool) (Deci
 	if e := l.keys[key]; now < e.expires {
 		state = e.state
 	}
-	s := l.c.eval(state, now, n, consume)
+	s := impls[l.c.alg].eval(&l.c, state, now, n, consume)
 	switch {
 	case s.write && s.next == nil:
 		delete(l.keys, key)

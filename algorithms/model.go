@@ -29,21 +29,6 @@ type step struct {
 	write bool
 }
 
-// eval runs c's algorithm on state (nil: no state).
-func (c *params) eval(state any, now, n int64, consume bool) step {
-	switch c.alg {
-	case FixedWindow:
-		return c.fixedWindow(state, now, n, consume)
-	case SlidingWindowLog:
-		return c.slidingLog(state, now, n, consume)
-	case SlidingWindowCounter:
-		return c.slidingCounter(state, now, n, consume)
-	case TokenBucket:
-		return c.tokenBucket(state, now, n, consume)
-	}
-	return c.gcra(state, now, n, consume) // compile admits nothing else
-}
-
 func floorDiv(a, b int64) int64 {
 	q := a / b
 	if (a%b != 0) && ((a < 0) != (b < 0)) {

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // DefaultPrefix starts every key that the Redis limiters write, unless
@@ -56,20 +55,9 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 	if opts == nil {
 		opts = &RedisOptions{}
 	}
-	r := &Redis{p: p, c: c, client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.Clock}
-	switch p.Algorithm {
-	case FixedWindow:
-		r.script, r.kind = scripts.FixedWindow, "fw"
-	case SlidingWindowLog:
-		r.script, r.kind = scripts.SlidingWindowLog, "swl"
-	case SlidingWindowCounter:
-		r.script, r.kind = scripts.SlidingWindowCounter, "swc"
-	case TokenBucket:
-		r.script, r.kind = scripts.TokenBucket, "tb"
-	case GCRA:
-		r.script, r.kind = scripts.GCRA, "gcra"
-	}
-	return r, nil
+	impl := impls[p.Algorithm]
+	return &Redis{p: p, c: c, client: client, script: impl.script, kind: impl.kind,
+		prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.Clock}, nil
 }
 
 // Policy returns the policy r enforces.
