@@ -25,7 +25,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, 
 	if tat.Before(now) {
 		tat = now
 	}
-	r := Reservation{Local: true}
+	r := Reservation{Local: true, Share: l.share, key: key, n: n, booked: now, compile: c}
 	if pausedUntil.After(now) {
 		r.Paused = pausedUntil.Sub(now)
 		if start := pausedUntil.Add(time.Duration(c.burst-1) * iv); tat.Before(start) {

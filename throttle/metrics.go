@@ -55,11 +55,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// paced records the fleet's pace under c at the given share of its rate.
-func (m *Metrics) paced(c compiled, share float64) {
-	m.rate.WithLabelValues(c.name).Set(c.perSecond(share))
-}
-
 // perSecond is c's own rate in units a second at the given share of it.
 func (c compiled) perSecond(share float64) float64 {
 	return float64(c.rl) / float64(c.pr) * 1e6 * share

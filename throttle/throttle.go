@@ -434,10 +434,8 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	booked := t.hostNow()
 	if err != nil {
 		if unreachable(err) && t.local != nil {
-			now := t.hostNow() // the local delay counts from now, not from before the failed call
 			pause, _ := t.pauses.get(key)
-			r := t.local.reserve(key, c, n, book, now, pause.expires)
-			r.key, r.n, r.booked, r.compile, r.Share = key, n, now, c, t.local.share
+			r := t.local.reserve(key, c, n, book, booked, pause.expires)
 			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 			return r, nil
 		}
@@ -485,7 +483,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	}
 	if book {
 		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
-		t.metrics.paced(c, r.Share)
+		t.metrics.rate.WithLabelValues(c.name).Set(c.perSecond(r.Share))
 	}
 	return r, nil
 }
@@ -643,7 +641,7 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 	if v[3] == 1 {
 		t.metrics.slowdowns.WithLabelValues(c.name).Inc()
 	}
-	t.metrics.paced(c, float64(v[2])/shareFull)
+	t.metrics.rate.WithLabelValues(c.name).Set(c.perSecond(float64(v[2]) / shareFull))
 	// The end is kept on the scripts' clock, to compare with the slots
 	// decided there; the host's clock only says when to forget it.
 	remaining, end := time.Duration(v[0])*time.Microsecond, v[1]
