@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -67,11 +66,7 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 	if err != nil {
 		return nil, err
 	}
-	var id [12]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, err
-	}
-	l := &Lease{t: t, name: key, key: k, id: hex.EncodeToString(id[:]), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
+	l := &Lease{t: t, name: key, key: k, id: rand.Text(), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
 	if t.pairs != nil {
 		t.pairs.leased(key, t.hostNow())
 	}
