@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 )
@@ -112,11 +113,7 @@ func (l *Local) maybeSweep(now int64) {
 	if now < l.sweep && len(l.keys) < l.sweepN {
 		return
 	}
-	for k, e := range l.keys {
-		if now >= e.expires {
-			delete(l.keys, k)
-		}
-	}
+	maps.DeleteFunc(l.keys, func(_ string, e localEntry) bool { return now >= e.expires })
 	l.sweep = now + int64(time.Second/time.Microsecond)
 	l.sweepN = max(2*len(l.keys), 1024)
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -53,11 +54,7 @@ func (l *localBuckets) sweep(now time.Time) {
 		return
 	}
 	l.ops = 0
-	for k, tat := range l.tats {
-		if tat.Before(now) {
-			delete(l.tats, k)
-		}
-	}
+	maps.DeleteFunc(l.tats, func(_ string, tat time.Time) bool { return tat.Before(now) })
 }
 
 // pauseBoard holds the pauses this process knows of. One broadcast channel
@@ -96,11 +93,7 @@ func (e pauseEnd) merge(o pauseEnd) (pauseEnd, bool) {
 func (p *pauseBoard) set(key string, e pauseEnd, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, old := range p.ends {
-		if old.expires.Before(now) {
-			delete(p.ends, k)
-		}
-	}
+	maps.DeleteFunc(p.ends, func(_ string, old pauseEnd) bool { return old.expires.Before(now) })
 	if merged, grew := p.ends[key].merge(e); grew {
 		p.ends[key] = merged
 		close(p.notify)
