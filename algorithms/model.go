@@ -3,7 +3,6 @@ package algorithms
 import (
 	"math"
 	"slices"
-	"sort"
 )
 
 // The reference model: each algorithm as a pure function of (state, now,
@@ -79,7 +78,7 @@ func (c *params) slidingLog(state any, now, n int64, consume bool) (s step) {
 		now = log[k-1] // never decide at a time before the newest entry
 	}
 	cut := now - c.period
-	i := sort.Search(len(log), func(i int) bool { return log[i] > cut })
+	i, _ := slices.BinarySearch(log, cut+1) // the first entry after cut
 	live := log[i:]
 	count := int64(len(live))
 	s.res.allowed = count+n <= c.limit
