@@ -398,7 +398,10 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	if n < 1 || n > c.burst {
+	if n < 1 {
+		return Reservation{}, fmt.Errorf("%w: cost %d", algorithms.ErrInvalidCost, n)
+	}
+	if n > c.burst {
 		return Reservation{}, fmt.Errorf("%w: cost %d with burst %d", algorithms.ErrCostExceedsCapacity, n, c.burst)
 	}
 	for i, b := range c.also {
@@ -436,7 +439,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		if unreachable(err) && t.local != nil {
 			pause, _ := t.pauses.get(key)
 			r := t.local.reserve(key, c, n, book, booked, pause.expires)
-			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
+			if book {
+				t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
+			}
 			return r, nil
 		}
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()

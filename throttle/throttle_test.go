@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -351,6 +353,13 @@ func TestFailClosedAndFallback(t *testing.T) {
 			t.Fatalf("fallback slots %v apart; want at least 200ms", gap)
 		}
 	}
+	// A peek books nothing, and counts as no reservation.
+	if r, err := half.Peek(ctx, "k", Limit{Rate: 10}, 1); err != nil || !r.OK || !r.Local {
+		t.Fatalf("fallback peek: %+v, %v", r, err)
+	}
+	if n := testutil.ToFloat64(half.metrics.reservations.WithLabelValues("default", "local")); n != 4 {
+		t.Errorf("local reservations counted %v after 4 reservations and a peek; want 4", n)
+	}
 
 	// The fallback keeps to the pauses this process knows of: one set
 	// while Redis is out of reach, and one set before it went.
@@ -423,4 +432,18 @@ func TestKeyLivesAsLongAsItsBookings(t *testing.T) {
 			t.Fatal("the booking after a pause did not renew the TTL")
 		}
 	})
+}
+
+// TestCostBelowOne: a cost below 1 is an invalid cost, as in package
+// algorithms, not one that exceeds the burst.
+func TestCostBelowOne(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer client.Close()
+	th := newThrottle(t, client, nil, nil)
+	for _, n := range []int64{0, -1} {
+		_, err := th.Reserve(context.Background(), "k", Limit{Rate: 10}, n)
+		if !errors.Is(err, algorithms.ErrInvalidCost) || errors.Is(err, algorithms.ErrCostExceedsCapacity) {
+			t.Errorf("cost %d: %v; want ErrInvalidCost", n, err)
+		}
+	}
 }
