@@ -257,11 +257,8 @@ type Stats struct {
 
 // Stats reads the waiting room's counters (a handful of commands).
 func (p *Producer) Stats(ctx context.Context) (Stats, error) {
-	return readStats(ctx, p.client, p.keys)
-}
-
-func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, error) {
-	pipe := c.Pipeline()
+	k := p.keys
+	pipe := p.client.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
 	handed := pipe.LLen(ctx, k.asynqPending)
 	tenants := pipe.SCard(ctx, k.members)
