@@ -179,7 +179,8 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	tp := p.cfg.Tenants(job.Tenant)
 	job.class = cmp.Or(tp.Class, defaultClass)
 	weight := min(max(tp.Weight, 1), 100)
-	enc, list, err := p.keys.tenant(job.Tenant)
+	enc, list, _ := p.keys.tenant(job.Tenant) // validate refused an empty tenant, Encode's only error
+	item, err := job.item(p.cfg.Queue)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
@@ -195,10 +196,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 				job.cost(), pol.Capacity(), job.Tenant, pol, algorithms.ErrCostExceedsCapacity)
 		}
 		alg, capacity = string(pol.Algorithm), pol.Capacity()
-	}
-	item, err := job.item(p.cfg.Queue)
-	if err != nil {
-		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.

@@ -215,10 +215,6 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	job.retried += n
-	enc, _, err := s.keys.tenant(job.Tenant)
-	if err != nil {
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
-	}
 	key, d, ok := s.throttleFor(job)
 	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
@@ -233,7 +229,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				// Every lease stayed held for the whole wait: calls are
 				// slow, not stalled; look again within a second, not
 				// when a lease would run out.
-				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
+				return s.putBack(ctx, t, job, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
 			}
 			if err != nil {
 				return s.throttleError(job, err)
@@ -244,7 +240,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, enc, far.RetryAfter, tooFar(job, far.Paused))
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused))
 		}
 		if err != nil {
 			return s.throttleError(job, err)
@@ -257,7 +253,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
 	if errors.As(err, &re) {
-		return s.putBack(ctx, t, job, enc, re.After, "rescheduled: "+re.Reason)
+		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
@@ -302,13 +298,13 @@ func (s *Server) left() {
 
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
-func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason string) error {
 	job.moves++
 	item, err := job.item(s.cfg.Queue)
 	if err != nil {
 		return err
 	}
-	_, list, _ := s.keys.tenant(job.Tenant)
+	enc, list, _ := s.keys.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
