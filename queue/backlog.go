@@ -20,40 +20,22 @@ type Backlog struct {
 // Backlogs returns up to n tenants with the largest backlogs, largest
 // first, among at most look tenants with jobs, and how many it looked at.
 // The waiting room keeps no order by backlog, so with more than look
-// tenants the answer covers a sample of them (the first SSCAN returns),
-// not all: a page can show it whatever the number of tenants. It costs
-// about look/256 SSCANs, one pipeline of look LLENs and, for ids that key
-// names do not keep as they are, one pipeline of up to n LINDEXes.
+// tenants the answer covers a random sample of them, not all: a page can
+// show it whatever the number of tenants. It costs one SRANDMEMBER, one
+// pipeline of look LLENs and, for ids that key names do not keep as they
+// are, one pipeline of up to n LINDEXes.
 func (p *Producer) Backlogs(ctx context.Context, n, look int) (top []Backlog, looked int, err error) {
 	if n <= 0 || look <= 0 {
 		return nil, 0, nil
 	}
-	seen := make(map[string]bool)
-	var cursor uint64
-	for range look/256 + 8 { // SSCAN's count is a hint: bound the calls too
-		var encs []string
-		encs, cursor, err = p.client.SScan(ctx, p.keys.members, cursor, "", 256).Result()
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, e := range encs {
-			if len(seen) < look {
-				seen[e] = true
-			}
-		}
-		if cursor == 0 || len(seen) >= look {
-			break
-		}
-	}
-	if len(seen) == 0 {
-		return nil, 0, nil
+	encs, err := p.client.SRandMemberN(ctx, p.keys.members, int64(look)).Result()
+	if err != nil || len(encs) == 0 {
+		return nil, 0, err
 	}
 	pipe := p.client.Pipeline()
-	encs := make([]string, 0, len(seen))
-	lens := make([]*redis.IntCmd, 0, len(seen))
-	for e := range seen {
-		encs = append(encs, e)
-		lens = append(lens, pipe.LLen(ctx, p.keys.tenantPrefix+e))
+	lens := make([]*redis.IntCmd, len(encs))
+	for i, e := range encs {
+		lens[i] = pipe.LLen(ctx, p.keys.tenantPrefix+e)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, 0, err

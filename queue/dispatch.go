@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -124,7 +125,7 @@ func (s *Server) checkAndTake(ctx context.Context, enc, it string) error {
 			return err
 		case !r.OK:
 			if err := scripts.QueueSleep.Run(ctx, s.client, []string{k.ring, k.sleep, k.why},
-				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now(), sleepText(job.Tenant, tooFar(job, r))).Err(); err != nil {
+				enc, int64(r.RetryAfter/time.Microsecond)+1, s.cfg.now(), sleepText(job.Tenant, tooFar(job, r.Paused))).Err(); err != nil {
 				return err
 			}
 			s.metrics.sleeps.WithLabelValues(d.Limit.Name).Inc()
@@ -185,10 +186,7 @@ const maxBudgets = 256
 // from a peek r for cost units that was OK: at least cost.
 func budgetFor(r throttle.Reservation, lim throttle.Limit, cost int64) int64 {
 	horizon := min(budgetHorizon, lim.WaitLimit())
-	per := lim.Per
-	if per <= 0 {
-		per = time.Second
-	}
+	per := cmp.Or(lim.Per, time.Second) // a Limit the throttle took has Per >= 0
 	share := r.Share
 	if share <= 0 || share > 1 {
 		share = 1

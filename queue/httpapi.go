@@ -64,11 +64,10 @@ func HTTPHandler(p *Producer) http.Handler {
 		if errors.As(err, &tooLarge) {
 			err = fmt.Errorf("larger than %d bytes", limit)
 		}
-		if err != nil {
-			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
-			return
+		var job Job
+		if err == nil {
+			job, err = ParseJob(body)
 		}
-		job, err := ParseJob(body)
 		if err != nil {
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
 			return

@@ -37,16 +37,10 @@ func retentionField(d time.Duration) string {
 	return string(protowire.AppendVarint(protowire.AppendTag(nil, fieldRetention, protowire.VarintType), uint64(s)))
 }
 
-// entry returns a waiting-room entry: a header and asynq's TaskMessage of
-// the job's task,
-//
-//	class TAB task-id-offset:task-id-length TAB message
-//
-// from which queue_handover.lua reads the class and the task id, and
-// copies the message into asynq's task hash as it is. The message is
-// byte for byte what asynq's Client writes (fields in number order, empty
-// strings and zeros left out), but for Retention, which the hand-over
-// appends (retentionField).
+// entry returns a waiting-room entry, "class TAB task-id-offset:length TAB
+// message", the message byte for byte asynq's Client's TaskMessage of the
+// job's task but for Retention, which the hand-over appends (docs/queue.md,
+// Entries).
 func entry(class, typ string, payload []byte, id, queue string, retry, timeout int64) string {
 	var b []byte
 	str := func(num protowire.Number, s string) {

@@ -209,7 +209,7 @@ func (j *Job) maxRetry() int {
 
 // defaultClass is the metrics class of tenants whose policy names none.
 // The scripts spell it too: they keep no count of it in the per-class
-// hash (readStats derives it from the depth).
+// hash (Stats derives it from the depth).
 const defaultClass = "default"
 
 // timeout is the job's timeout as its asynq task holds it: in whole

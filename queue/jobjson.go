@@ -27,10 +27,7 @@ func ParseJob(data []byte) (Job, error) {
 	if err := dec.Decode(&req); err != nil {
 		return Job{}, invalid("%v", err)
 	}
-	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
-	if len(req.Payload) > 0 {
-		job.Payload = []byte(req.Payload)
-	}
+	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Payload: []byte(req.Payload), Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)
 		if err != nil {

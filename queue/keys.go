@@ -6,11 +6,8 @@ import "github.com/sluicehq/sluice/internal/keyspace"
 const DefaultPrefix = "sluice:q"
 
 // keys are the waiting room's key names for one queue, and the names of
-// the asynq keys its scripts write. All carry the queue's hash tag {Q},
-// which is asynq's own (asynq:{Q}:...), so that one script can take a job
-// out of the waiting room and hand it to asynq in one atomic step, on
-// Redis Cluster too. Queue names are limited to [A-Za-z0-9_.-]
-// (Config.fill), so the tag is the name as it is.
+// the asynq keys its scripts write, all with asynq's hash tag {Q}
+// (docs/queue.md, Keys).
 type keys struct {
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
 	tenantPrefix, admPrefix                                      string

@@ -179,7 +179,8 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	tp := p.cfg.Tenants(job.Tenant)
 	job.class = cmp.Or(tp.Class, defaultClass)
 	weight := min(max(tp.Weight, 1), 100)
-	enc, list, err := p.keys.tenant(job.Tenant)
+	enc, list, _ := p.keys.tenant(job.Tenant) // validate refused an empty tenant, Encode's only error
+	item, err := job.item(p.cfg.Queue)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
@@ -195,10 +196,6 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 				job.cost(), pol.Capacity(), job.Tenant, pol, algorithms.ErrCostExceedsCapacity)
 		}
 		alg, capacity = string(pol.Algorithm), pol.Capacity()
-	}
-	item, err := job.item(p.cfg.Queue)
-	if err != nil {
-		return Receipt{}, invalid("%v", err)
 	}
 	k := p.keys
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
@@ -257,11 +254,8 @@ type Stats struct {
 
 // Stats reads the waiting room's counters (a handful of commands).
 func (p *Producer) Stats(ctx context.Context) (Stats, error) {
-	return readStats(ctx, p.client, p.keys)
-}
-
-func readStats(ctx context.Context, c redis.UniversalClient, k keys) (Stats, error) {
-	pipe := c.Pipeline()
+	k := p.keys
+	pipe := p.client.Pipeline()
 	depth := pipe.HGet(ctx, k.meta, "depth")
 	handed := pipe.LLen(ctx, k.asynqPending)
 	tenants := pipe.SCard(ctx, k.members)

@@ -110,9 +110,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if opts != nil {
 		cfg = *opts
 	}
-	if cfg.Bound == 0 {
-		cfg.Bound = 1 // the bound is the producers' business; the server does not check it
-	}
+	cfg.Bound = cmp.Or(cfg.Bound, 1) // the bound is the producers' business; the server does not check it
 	if err := cfg.Config.fill(); err != nil {
 		return nil, err
 	}
@@ -126,13 +124,8 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
-	if cfg.Downstreams == nil {
-		cfg.Downstreams = func(string) (Downstream, bool) { return Downstream{}, false }
-	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
-		// A quarter of the prefetch: with up to four processes sharing
-		// it, each process's own starts wake it before the pending list
-		// runs dry.
+		// A quarter of the prefetch (docs/queue.md, The dispatcher).
 		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
 		fullRecheck: 4 * cfg.PollInterval,
 		retention:   retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
@@ -193,7 +186,7 @@ func (s *Server) Shutdown() {
 // a downstream the server knows and the server has a throttle.
 func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 	d, ok := Downstream{}, false
-	if job.Downstream != "" && s.cfg.Throttle != nil {
+	if job.Downstream != "" && s.cfg.Throttle != nil && s.cfg.Downstreams != nil {
 		d, ok = s.cfg.Downstreams(job.Downstream)
 	}
 	d.Limit.Name = cmp.Or(d.Limit.Name, job.Downstream)
@@ -222,10 +215,6 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	job.retried += n
-	enc, _, err := s.keys.tenant(job.Tenant)
-	if err != nil {
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
-	}
 	key, d, ok := s.throttleFor(job)
 	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
@@ -240,31 +229,21 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				// Every lease stayed held for the whole wait: calls are
 				// slow, not stalled; look again within a second, not
 				// when a lease would run out.
-				return s.putBack(ctx, t, job, enc, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
+				return s.putBack(ctx, t, job, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
 			}
 			if err != nil {
 				return s.throttleError(job, err)
 			}
 			defer lease.Release(context.WithoutCancel(ctx))
 		}
-		// Reserve the slot, then wait for it.
-		for {
-			r, err := s.cfg.Throttle.Reserve(ctx, key, d.Limit, job.cost())
-			if err != nil {
-				return s.throttleError(job, err)
-			}
-			if !r.OK {
-				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-				return s.putBack(ctx, t, job, enc, r.RetryAfter, tooFar(job, r))
-			}
-			ok, err := s.cfg.Throttle.Await(ctx, r)
-			if err != nil {
-				return fmt.Errorf("%w: %v", errNotFailure, err)
-			}
-			if ok {
-				break
-			}
-			// A pause announced while we slept covers the slot: book again.
+		_, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
+		var far *throttle.TooFarError
+		if errors.As(err, &far) {
+			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused))
+		}
+		if err != nil {
+			return s.throttleError(job, err)
 		}
 	}
 	if first {
@@ -274,15 +253,15 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
 	if errors.As(err, &re) {
-		return s.putBack(ctx, t, job, enc, re.After, "rescheduled: "+re.Reason)
+		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
 
-// tooFar says why a job whose slot r is beyond its downstream's max_wait
-// waits: a pause, or the slots booked before it.
-func tooFar(job *Job, r throttle.Reservation) string {
-	if r.Paused > 0 {
+// tooFar says why a job whose slot is beyond its downstream's max_wait
+// waits: a pause (paused > 0), or the slots booked before it.
+func tooFar(job *Job, paused time.Duration) string {
+	if paused > 0 {
 		return fmt.Sprintf("pause: downstream %s is paused (a 429 or 503)", job.Downstream)
 	}
 	return fmt.Sprintf("slot: downstream %s's next slot is beyond max_wait", job.Downstream)
@@ -319,13 +298,13 @@ func (s *Server) left() {
 
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why.
-func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, enc string, d time.Duration, reason string) error {
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason string) error {
 	job.moves++
 	item, err := job.item(s.cfg.Queue)
 	if err != nil {
 		return err
 	}
-	_, list, _ := s.keys.tenant(job.Tenant)
+	enc, list, _ := s.keys.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
@@ -347,10 +326,11 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	if s.cfg.Metrics == nil {
 		return
 	}
+	p := &Producer{client: s.client, keys: s.keys}
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
-		if st, err := readStats(ctx, s.client, s.keys); err == nil {
+		if st, err := p.Stats(ctx); err == nil {
 			s.metrics.backlog.Reset()
 			for c, n := range st.ByClass {
 				s.metrics.backlog.WithLabelValues(c).Set(float64(n))

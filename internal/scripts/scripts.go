@@ -5,95 +5,59 @@
 package scripts
 
 import (
-	_ "embed"
+	"embed"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed prelude.lua
-	preludeSrc string
-	//go:embed admit_main.lua
-	admitMainSrc string
-	//go:embed fixed_window.lua
-	fixedWindowSrc string
-	//go:embed sliding_window_log.lua
-	slidingWindowLogSrc string
-	//go:embed sliding_window_counter.lua
-	slidingWindowCounterSrc string
-	//go:embed token_bucket.lua
-	tokenBucketSrc string
-	//go:embed gcra.lua
-	gcraSrc string
-)
+//go:embed *.lua
+var files embed.FS
+
+// src returns the sources of the named files (without ".lua"), joined.
+func src(names ...string) string {
+	var s string
+	for _, name := range names {
+		b, err := files.ReadFile(name + ".lua")
+		if err != nil {
+			panic(err) // a name this file misspells: every test fails
+		}
+		s += string(b)
+	}
+	return s
+}
+
+// script returns the script made of the named files, prelude.lua first.
+func script(names ...string) *redis.Script {
+	return redis.NewScript(src(append([]string{"prelude"}, names...)...))
+}
 
 // The admission scripts of package algorithms: prelude.lua, the
 // algorithm's admit(), and admit_main.lua, which documents their KEYS, ARGV
 // and reply.
 var (
-	FixedWindow          = redis.NewScript(preludeSrc + fixedWindowSrc + admitMainSrc)
-	SlidingWindowLog     = redis.NewScript(preludeSrc + slidingWindowLogSrc + admitMainSrc)
-	SlidingWindowCounter = redis.NewScript(preludeSrc + slidingWindowCounterSrc + admitMainSrc)
-	TokenBucket          = redis.NewScript(preludeSrc + tokenBucketSrc + admitMainSrc)
-	GCRA                 = redis.NewScript(preludeSrc + gcraSrc + admitMainSrc)
+	FixedWindow          = script("fixed_window", "admit_main")
+	SlidingWindowLog     = script("sliding_window_log", "admit_main")
+	SlidingWindowCounter = script("sliding_window_counter", "admit_main")
+	TokenBucket          = script("token_bucket", "admit_main")
+	GCRA                 = script("gcra", "admit_main")
 )
 
 // AdmitFunctions maps each algorithm's policy name to the Lua source that
-// defines its admit() function, for scripts that admit and do more in the
-// same atomic step (the queue's enqueue). Callers pass admit() the five
-// policy constants (limit, period, capacity, rl, pr) as the strings of
-// their ARGV, and each algorithm converts only the two or three it uses:
-// a tonumber of such a constant costs redis-server about 1,800
-// instructions.
-var AdmitFunctions = map[string]string{
-	"fixed_window":           fixedWindowSrc,
-	"sliding_window_log":     slidingWindowLogSrc,
-	"sliding_window_counter": slidingWindowCounterSrc,
-	"token_bucket":           tokenBucketSrc,
-	"gcra":                   gcraSrc,
-}
-
-// Prelude is the source of the helpers (int, ttl, clock) that admit()
-// functions use; composed scripts start with it.
-var Prelude = preludeSrc
-
-var (
-	//go:embed throttle_reserve.lua
-	throttleReserveSrc string
-	//go:embed throttle_cancel.lua
-	throttleCancelSrc string
-	//go:embed throttle_pause.lua
-	throttlePauseSrc string
-	//go:embed throttle_release.lua
-	throttleReleaseSrc string
-	//go:embed throttle_acquire.lua
-	throttleAcquireSrc string
-)
+// defines its admit() function (the file of that name), for scripts that
+// admit and do more in the same atomic step (the queue's enqueue). Callers
+// pass admit() the five policy constants (limit, period, capacity, rl, pr)
+// as the strings of their ARGV, and each algorithm converts only the two
+// or three it uses: a tonumber of such a constant costs redis-server about
+// 1,800 instructions.
+var AdmitFunctions = map[string]string{}
 
 // The pacing scripts of package throttle.
 var (
-	ThrottleReserve = redis.NewScript(preludeSrc + throttleReserveSrc)
-	ThrottleCancel  = redis.NewScript(preludeSrc + throttleCancelSrc)
-	ThrottlePause   = redis.NewScript(preludeSrc + throttlePauseSrc)
-	ThrottleAcquire = redis.NewScript(preludeSrc + throttleAcquireSrc)
-	ThrottleRelease = redis.NewScript(throttleReleaseSrc)
-)
-
-var (
-	//go:embed no_admission.lua
-	noAdmissionSrc string
-	//go:embed queue_enqueue.lua
-	queueEnqueueSrc string
-	//go:embed queue_claim.lua
-	queueClaimSrc string
-	//go:embed queue_take.lua
-	queueTakeSrc string
-	//go:embed queue_untake.lua
-	queueUntakeSrc string
-	//go:embed queue_sleep.lua
-	queueSleepSrc string
-	//go:embed queue_handover.lua
-	queueHandoverSrc string
+	ThrottleReserve = script("throttle_reserve")
+	ThrottleCancel  = script("throttle_cancel")
+	ThrottlePause   = script("throttle_pause")
+	ThrottleAcquire = script("throttle_acquire")
+	ThrottleRelease = redis.NewScript(src("throttle_release"))
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (a
@@ -103,18 +67,19 @@ func QueueEnqueue(alg string) *redis.Script {
 	return queueEnqueue[alg]
 }
 
-var queueEnqueue = func() map[string]*redis.Script {
-	m := map[string]*redis.Script{"": redis.NewScript(preludeSrc + noAdmissionSrc + queueEnqueueSrc)}
-	for name, fn := range AdmitFunctions {
-		m[name] = redis.NewScript(preludeSrc + fn + queueEnqueueSrc)
+var queueEnqueue = map[string]*redis.Script{"": script("no_admission", "queue_enqueue")}
+
+func init() {
+	for _, alg := range []string{"fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"} {
+		AdmitFunctions[alg] = src(alg)
+		queueEnqueue[alg] = script(alg, "queue_enqueue")
 	}
-	return m
-}()
+}
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim  = redis.NewScript(preludeSrc + queueHandoverSrc + queueClaimSrc)
-	QueueTake   = redis.NewScript(preludeSrc + queueHandoverSrc + queueTakeSrc)
-	QueueUntake = redis.NewScript(preludeSrc + queueUntakeSrc)
-	QueueSleep  = redis.NewScript(preludeSrc + queueSleepSrc)
+	QueueClaim  = script("queue_handover", "queue_claim")
+	QueueTake   = script("queue_handover", "queue_take")
+	QueueUntake = script("queue_untake")
+	QueueSleep  = script("queue_sleep")
 )
