@@ -83,10 +83,7 @@ func (l *Lease) Extend(ctx context.Context) error {
 	v, err := scripts.ThrottleAcquire.Run(ctx, l.t.client, []string{l.key},
 		l.c.Max, l.id, l.life, l.t.now()).Int64Slice()
 	if err != nil {
-		if unreachable(err) {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return fmt.Errorf("sluice: throttle acquire: %w", err)
+		return callErr("acquire", err)
 	}
 	if len(v) != 3 {
 		return fmt.Errorf("sluice: throttle acquire: unexpected reply of %d values", len(v))
@@ -105,7 +102,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.id, l.c.Max, l.t.releaseChannel(), l.name).Err()
 	l.t.releases.notify(l.name)
 	if err != nil {
-		return fmt.Errorf("sluice: throttle release: %w", err)
+		return callErr("release", err)
 	}
 	return nil
 }

@@ -305,6 +305,15 @@ func (t *Throttle) now() string {
 	return strconv.FormatInt(t.clock().UnixMicro(), 10)
 }
 
+// callErr wraps the error of a call to Redis made by op: ErrUnavailable
+// when Redis could not be asked, else op's name.
+func callErr(op string, err error) error {
+	if unreachable(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return fmt.Errorf("sluice: throttle %s: %w", op, err)
+}
+
 // unreachable reports whether err means Redis could not be asked (as
 // opposed to Redis answering with an error).
 func unreachable(err error) bool {
@@ -445,10 +454,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 			return r, nil
 		}
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
-		if unreachable(err) {
-			return Reservation{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		return Reservation{}, fmt.Errorf("sluice: throttle reserve: %w", err)
+		return Reservation{}, callErr("reserve", err)
 	}
 	want := 9 // the Limit's own bucket; with Also, the slot and 3 values a bucket
 	if len(c.also) > 0 {
@@ -522,7 +528,7 @@ func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
 	}
 	ok, err := scripts.ThrottleCancel.Run(ctx, t.client, []string{k}, args...).Int()
 	if err != nil {
-		return false, fmt.Errorf("sluice: throttle cancel: %w", err)
+		return false, callErr("cancel", err)
 	}
 	return ok == 1, nil
 }
@@ -636,9 +642,9 @@ func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Dura
 			// this process controls.
 			now := t.hostNow()
 			t.pauses.set(key, pauseEnd{guess: now.Add(d), expires: now.Add(d)}, now)
-			return d, fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return d, callErr("pause", err)
 		}
-		return 0, fmt.Errorf("sluice: throttle pause: %w", err)
+		return 0, callErr("pause", err)
 	}
 	if len(v) != 4 {
 		return 0, fmt.Errorf("sluice: throttle pause: unexpected reply of %d values", len(v))

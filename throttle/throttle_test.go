@@ -447,3 +447,33 @@ func TestCostBelowOne(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreachableIsUnavailable: every verb that finds Redis gone says so
+// with ErrUnavailable, Cancel and Release as much as Reserve.
+func TestUnreachableIsUnavailable(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialTimeout: 200 * ms, DialerRetries: 1})
+	defer client.Close()
+	ctx := context.Background()
+	th := newThrottle(t, client, nil, nil)
+	lim := Limit{Rate: 10}
+	th.Reserve(ctx, "k", lim, 1) // the next one waits: Cancel has a slot to give back
+	r, err := th.Reserve(ctx, "k", lim, 1)
+	if err != nil || !r.OK {
+		t.Fatal(r, err)
+	}
+	l, err := th.Acquire(ctx, "k", Concurrency{Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if _, err := th.Cancel(ctx, r); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Cancel without Redis: %v; want ErrUnavailable", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Release without Redis: %v; want ErrUnavailable", err)
+	}
+	if err := l.Extend(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Extend without Redis: %v; want ErrUnavailable", err)
+	}
+}
