@@ -100,7 +100,12 @@ func (l *Lease) Extend(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	err := scripts.ThrottleRelease.Run(ctx, l.t.client, []string{l.key},
 		l.id, l.c.Max, l.t.releaseChannel(), l.name).Err()
-	l.t.releases.notify(l.name)
+	if !l.t.subscribed {
+		// A subscribed process hears its own announcement and wakes its
+		// first waiter then: waking one here too would send two waiters
+		// after the one slot.
+		l.t.releases.notify(l.name)
+	}
 	if err != nil {
 		return callErr("release", err)
 	}

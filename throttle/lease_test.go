@@ -92,3 +92,36 @@ func (t *Throttle) inLine(key string) int {
 	defer t.releases.mu.Unlock()
 	return len(t.releases.waiting[key])
 }
+
+// TestReleaseWakesOwnWaiter: a subscribed process's release wakes its own
+// waiter through the announcement it hears, with no poll to fall back on.
+func TestReleaseWakesOwnWaiter(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		a := newThrottle(t, client, nil, &Options{Subscribe: true})
+		a.leasePoll = time.Hour
+		c := Concurrency{Max: 1, Lease: time.Hour}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		held, err := a.Acquire(ctx, "api", c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := a.AcquireWait(ctx, "api", c, time.Hour)
+			got <- err
+		}()
+		for a.inLine("api") < 1 {
+			if ctx.Err() != nil {
+				t.Fatal("the waiter never joined the line")
+			}
+			time.Sleep(ms)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("the waiter after its own process's release: %v", err)
+		}
+	})
+}

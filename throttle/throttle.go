@@ -231,19 +231,20 @@ type Options struct {
 // Throttle paces calls per key across every process that shares its
 // Redis. Safe for concurrent use; create one per process and Close it.
 type Throttle struct {
-	client    redis.UniversalClient
-	prefix    string
-	metrics   *Metrics
-	log       *slog.Logger
-	clock     func() time.Time
-	local     *localBuckets // nil: fail closed
-	pauses    *pauseBoard
-	releases  *releaseLine
-	pairs     *pairs           // nil: book one call at a time
-	leasePoll time.Duration    // how often AcquireWait asks again, as a safety net when it hears releases
-	hostNow   func() time.Time // the host's clock: only for local deadlines
-	stop      func()
-	wg        sync.WaitGroup
+	client     redis.UniversalClient
+	prefix     string
+	metrics    *Metrics
+	log        *slog.Logger
+	clock      func() time.Time
+	local      *localBuckets // nil: fail closed
+	pauses     *pauseBoard
+	releases   *releaseLine
+	pairs      *pairs           // nil: book one call at a time
+	leasePoll  time.Duration    // how often AcquireWait asks again, as a safety net when it hears releases
+	subscribed bool             // Options.Subscribe: this process hears its own announcements too
+	hostNow    func() time.Time // the host's clock: only for local deadlines
+	stop       func()
+	wg         sync.WaitGroup
 }
 
 // New returns a Throttle on client (a *redis.Client, *redis.ClusterClient
@@ -275,7 +276,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
 	}
 	if opts.Subscribe {
-		t.leasePoll = time.Second
+		t.leasePoll, t.subscribed = time.Second, true
 		t.subscribe()
 	}
 	return t, nil
