@@ -2,12 +2,8 @@ package throttle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -50,8 +46,8 @@ func (s State) Paused() time.Duration {
 
 // State reads key's bucket under lim and its concurrency leases in one
 // round trip, booking nothing: the reserve script, peeking, answers the
-// next slot, the share and its ceiling; TIME, HGET and ZRANGE the clock,
-// the pause's end and the leases still held. A key never used reads as a full
+// next slot, the pause, the share and its ceiling; TIME and ZRANGE the
+// clock and the leases still held. A key never used reads as a full
 // share, no pause and no leases.
 func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, error) {
 	lim.MaxWait = -1 // the script answers a slot later than now with its delay as the retry
@@ -70,9 +66,8 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	pipe := t.client.Pipeline()
 	peek := scripts.ThrottleReserve.Eval(ctx, pipe, []string{rk}, c.reserveArgs(1, false, t.now())...)
 	tm := pipe.Time(ctx)
-	pausedUntil := pipe.HGet(ctx, rk, "p")
 	leases := pipe.ZRangeWithScores(ctx, ck, 0, -1) // scored by their expiry
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := pipe.Exec(ctx); err != nil {
 		return State{}, fmt.Errorf("sluice: throttle state: %w", err)
 	}
 	v, err := peek.Int64Slice()
@@ -86,8 +81,8 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	st := State{Now: time.UnixMicro(now), Share: float64(v[7]) / shareFull, Ceiling: float64(v[8]) / (100 * shareFull),
 		Next: time.Duration(v[2]) * time.Microsecond}
 	st.PerSecond = c.perSecond(st.Share)
-	if p, _ := strconv.ParseInt(pausedUntil.Val(), 10, 64); p > now {
-		st.PausedUntil = time.UnixMicro(p)
+	if v[3] > 0 { // paused for, from the script's clock
+		st.PausedUntil = time.UnixMicro(now + v[3])
 	}
 	for _, z := range leases.Val() {
 		if int64(z.Score) > now {
