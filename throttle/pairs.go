@@ -19,6 +19,7 @@ type pairKey struct {
 	spares []Reservation // booked, not yet handed out, the earliest first
 	last   time.Time     // the host's clock at the key's last call here
 	lead   time.Duration // how far ahead the key's last booking here was
+	step   time.Duration // a unit's paced interval at that booking
 	leased time.Time     // the key's last concurrency lease here
 }
 
@@ -51,7 +52,9 @@ func (p *pairs) key(key string, now time.Time) *pairKey {
 // dropped and counted as late). Otherwise it reports whether to book a
 // pair: when the key's calls here come closer together than its last
 // slot was ahead, so that the next call will very likely come before the
-// second slot, and the key's calls here have not waited for a
+// second slot, when both slots will likely be within the limit's wait
+// (else the pair is refused and the call books again, alone), and the
+// key's calls here have not waited for a
 // concurrency lease in the last minute (the next lease may go to another
 // process, and the second slot with it).
 func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics) (r Reservation, kept, pair bool) {
@@ -75,19 +78,21 @@ func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics)
 			return s, true, false
 		}
 	}
-	return Reservation{}, false, gap < k.lead && now.Sub(k.leased) > time.Minute
+	fits := k.lead+time.Duration(2*n)*k.step <= time.Duration(c.maxWait)*time.Microsecond
+	return Reservation{}, false, gap < k.lead && fits && now.Sub(k.leased) > time.Minute
 }
 
-// booked records how far ahead a booking of key was, and keeps the second
-// slot of a pair, in the order of the slots.
-func (p *pairs) booked(key string, lead time.Duration, spare *Reservation) {
+// booked records how far ahead a booking of key was and a unit's paced
+// interval then, and keeps the second slot of a pair, in the order of the
+// slots.
+func (p *pairs) booked(key string, lead, step time.Duration, spare *Reservation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := p.keys[key]
 	if k == nil {
 		return
 	}
-	k.lead = lead
+	k.lead, k.step = lead, step
 	if spare != nil {
 		due := spare.booked.Add(spare.Delay)
 		i := 0

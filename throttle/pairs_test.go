@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -205,8 +206,8 @@ func TestPairsKeepEverySpare(t *testing.T) {
 	spare := func(d time.Duration) *Reservation {
 		return &Reservation{OK: true, Delay: d, n: 1, booked: base, compile: c, tats: []tat{{pr: c.pr}}, queued: true, paired: true}
 	}
-	p.booked("api", 0, spare(400*ms))
-	p.booked("api", 0, spare(300*ms))
+	p.booked("api", 0, 0, spare(400*ms))
+	p.booked("api", 0, 0, spare(300*ms))
 	for _, want := range []time.Duration{300 * ms, 400 * ms} {
 		r, kept, _ := p.call("api", c, 1, base, m)
 		if !kept || r.Delay != want {
@@ -233,4 +234,43 @@ func TestPairsNotForLeasedKeys(t *testing.T) {
 			t.Fatalf("a leased key booked a pair: %+v", r)
 		}
 	})
+}
+
+// scriptCounter counts the scripts a client sends (EVALSHA and EVAL).
+type scriptCounter struct{ n int }
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			c.n++
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestPairsNotBeyondMaxWait: a busy key whose slots come near its
+// MaxWait books one slot a script: a pair there would be refused for its
+// second slot and the call booked again, two scripts for one slot.
+func TestPairsNotBeyondMaxWait(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer client.Close()
+	var count scriptCounter
+	client.AddHook(&count)
+	th, _ := pairedThrottle(t, client)
+	// Slots at 0, 100 and 200 ms: a pair at 200 and 300 ms would not fit.
+	lim := Limit{Rate: 10, MaxWait: 250 * time.Millisecond}
+	if _, err := th.Reserve(context.Background(), "warm", lim, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	count.n = 0
+	if r := bookPair(t, th, lim); r.paired || !r.OK || r.Delay != 200*ms {
+		t.Fatalf("third call: %+v; want a single slot at 200 ms", r)
+	}
+	if count.n != 3 {
+		t.Errorf("%d scripts for three calls; want 3", count.n)
+	}
 }

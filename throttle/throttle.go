@@ -482,16 +482,19 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		r.Delay = 0
 		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	}
-	if pair && r.OK {
-		// The reply's slot is the second call's; the first's is n paced
-		// intervals earlier (never before now), rounded to be late, not
-		// early.
-		spare := r
-		r.paired, spare.paired, r.ahead = true, true, n
-		r.Delay = max(r.Delay-time.Duration(n*r.tats[0].pr/c.rl)*time.Microsecond, 0)
-		t.pairs.booked(key, r.Delay, &spare)
-	} else if book && r.OK && t.pairs != nil {
-		t.pairs.booked(key, r.Delay, nil)
+	if book && r.OK && t.pairs != nil {
+		step := time.Duration(r.tats[0].pr/c.rl) * time.Microsecond // a unit's paced interval, rounded down
+		var spare *Reservation
+		if pair {
+			// The reply's slot is the second call's; the first's is n
+			// paced intervals earlier (never before now), rounded to be
+			// late, not early.
+			spare = &Reservation{}
+			*spare = r
+			r.paired, spare.paired, r.ahead = true, true, n
+			r.Delay = max(r.Delay-time.Duration(n*r.tats[0].pr/c.rl)*time.Microsecond, 0)
+		}
+		t.pairs.booked(key, r.Delay, step, spare)
 	}
 	if book {
 		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
