@@ -50,13 +50,10 @@ func (p *pairs) key(key string, now time.Time) *pairKey {
 // earliest kept slot that fits the call and is not too late to use,
 // re-based on now as if reserved then (kept slots found too late are
 // dropped and counted as late). Otherwise it reports whether to book a
-// pair: when the key's calls here come closer together than its last
-// slot was ahead, so that the next call will very likely come before the
-// second slot, when both slots will likely be within the limit's wait
-// (else the pair is refused and the call books again, alone), and the
-// key's calls here have not waited for a
-// concurrency lease in the last minute (the next lease may go to another
-// process, and the second slot with it).
+// pair, by the rules of docs/throttle.md (Two slots a booking): the key's
+// calls here come closer together than its last slot was ahead, both
+// slots will likely be within the limit's wait, and no concurrency lease
+// of the key was taken here in the last minute.
 func (p *pairs) call(key string, c compiled, n int64, now time.Time, m *Metrics) (r Reservation, kept, pair bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

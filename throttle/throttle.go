@@ -217,14 +217,12 @@ type Options struct {
 	// lease releases by other processes, and wakes this process's waiters
 	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
-	// Pairs, when true, lets Reserve and Wait book two slots of a key in
-	// one step while this process's calls on it come closer together than
-	// their slots are ahead, and keep the second for the key's next call
-	// here: half the Redis work of a busy key. A kept slot that no call
-	// takes in time stays a gap (counted as late); Cancel gives back
-	// neither slot of a pair. Limits with Also, and keys this process has
-	// leased a concurrency slot of in the last minute, are booked one call
-	// at a time. Default off in the library; cmd/worker turns it on.
+	// Pairs, when true, lets Reserve and Wait book two slots of a busy key
+	// in one step and keep the second for the key's next call in this
+	// process: half the Redis work. A kept slot that no call takes in time
+	// stays a gap (counted as late); Cancel gives back neither slot of a
+	// pair. docs/throttle.md (Two slots a booking) says which keys pair.
+	// Default off in the library; cmd/worker turns it on.
 	Pairs bool
 }
 
