@@ -42,15 +42,6 @@ var (
 	GCRA                 = script("gcra", "admit_main")
 )
 
-// AdmitFunctions maps each algorithm's policy name to the Lua source that
-// defines its admit() function (the file of that name), for scripts that
-// admit and do more in the same atomic step (the queue's enqueue). Callers
-// pass admit() the five policy constants (limit, period, capacity, rl, pr)
-// as the strings of their ARGV, and each algorithm converts only the two
-// or three it uses: a tonumber of such a constant costs redis-server about
-// 1,800 instructions.
-var AdmitFunctions = map[string]string{}
-
 // The pacing scripts of package throttle.
 var (
 	ThrottleReserve = script("throttle_reserve")
@@ -60,8 +51,8 @@ var (
 	ThrottleRelease = redis.NewScript(src("throttle_release"))
 )
 
-// QueueEnqueue returns the enqueue script that admits by algorithm alg (a
-// policy name as in AdmitFunctions), or admits everything when alg is "".
+// QueueEnqueue returns the enqueue script that admits by algorithm alg (its
+// policy name, such as "gcra"), or admits everything when alg is "".
 // Scripts are built once per algorithm.
 func QueueEnqueue(alg string) *redis.Script {
 	return queueEnqueue[alg]
@@ -71,7 +62,6 @@ var queueEnqueue = map[string]*redis.Script{"": script("no_admission", "queue_en
 
 func init() {
 	for _, alg := range []string{"fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"} {
-		AdmitFunctions[alg] = src(alg)
 		queueEnqueue[alg] = script(alg, "queue_enqueue")
 	}
 }
