@@ -31,16 +31,10 @@ func script(names ...string) *redis.Script {
 	return redis.NewScript(src(append([]string{"prelude"}, names...)...))
 }
 
-// The admission scripts of package algorithms: prelude.lua, the
-// algorithm's admit(), and admit_main.lua, which documents their KEYS, ARGV
-// and reply.
-var (
-	FixedWindow          = script("fixed_window", "admit_main")
-	SlidingWindowLog     = script("sliding_window_log", "admit_main")
-	SlidingWindowCounter = script("sliding_window_counter", "admit_main")
-	TokenBucket          = script("token_bucket", "admit_main")
-	GCRA                 = script("gcra", "admit_main")
-)
+// Admit maps each algorithm's policy name (such as "gcra") to its
+// admission script of package algorithms: prelude.lua, the algorithm's
+// admit(), and admit_main.lua, which documents their KEYS, ARGV and reply.
+var Admit = map[string]*redis.Script{}
 
 // The pacing scripts of package throttle.
 var (
@@ -62,6 +56,7 @@ var queueEnqueue = map[string]*redis.Script{"": script("no_admission", "queue_en
 
 func init() {
 	for _, alg := range []string{"fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"} {
+		Admit[alg] = script(alg, "admit_main")
 		queueEnqueue[alg] = script(alg, "queue_enqueue")
 	}
 }
