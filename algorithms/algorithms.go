@@ -15,10 +15,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // Algorithm names one of the five admission algorithms. The string values
@@ -45,18 +41,17 @@ const (
 // Algorithms lists every algorithm, in the order the documentation uses.
 var Algorithms = []Algorithm{FixedWindow, SlidingWindowLog, SlidingWindowCounter, TokenBucket, GCRA}
 
-// impls holds each algorithm's reference model (model.go), its Lua script
-// and the short name of its Redis keys.
+// impls holds each algorithm's reference model (model.go) and the short
+// name of its Redis keys; its Lua script is scripts.Admit[name].
 var impls = map[Algorithm]struct {
-	eval   func(c *params, state any, now, n int64, consume bool) step
-	script *redis.Script
-	kind   string
+	eval func(c *params, state any, now, n int64, consume bool) step
+	kind string
 }{
-	FixedWindow:          {(*params).fixedWindow, scripts.FixedWindow, "fw"},
-	SlidingWindowLog:     {(*params).slidingLog, scripts.SlidingWindowLog, "swl"},
-	SlidingWindowCounter: {(*params).slidingCounter, scripts.SlidingWindowCounter, "swc"},
-	TokenBucket:          {(*params).tokenBucket, scripts.TokenBucket, "tb"},
-	GCRA:                 {(*params).gcra, scripts.GCRA, "gcra"},
+	FixedWindow:          {(*params).fixedWindow, "fw"},
+	SlidingWindowLog:     {(*params).slidingLog, "swl"},
+	SlidingWindowCounter: {(*params).slidingCounter, "swc"},
+	TokenBucket:          {(*params).tokenBucket, "tb"},
+	GCRA:                 {(*params).gcra, "gcra"},
 }
 
 // Decision is the outcome of one call to a [Limiter]. Durations are rounded

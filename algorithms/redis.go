@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
+	"github.com/sluicehq/sluice/internal/scripts"
 )
 
 // DefaultPrefix starts every key that the Redis limiters write, unless
@@ -55,8 +56,7 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 	if opts == nil {
 		opts = &RedisOptions{}
 	}
-	impl := impls[p.Algorithm]
-	return &Redis{p: p, c: c, client: client, script: impl.script, kind: impl.kind,
+	return &Redis{p: p, c: c, client: client, script: scripts.Admit[string(p.Algorithm)], kind: impls[p.Algorithm].kind,
 		prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.Clock}, nil
 }
 

@@ -116,8 +116,9 @@ func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration
 	return min(ceilDuration(d), maxPause)
 }
 
-// statedQuota is one quota as a downstream states it: Name is a policy's
-// name or the kind of units; -1 and 0 mean unknown, as in Feedback.
+// statedQuota is one quota as a downstream states it: Name is its policy's
+// name in RateLimit or RateLimit-Policy; -1 and 0 mean unknown, as in
+// Feedback.
 type statedQuota struct {
 	Name             string
 	Limit, Remaining int64

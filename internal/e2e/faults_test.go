@@ -158,7 +158,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 
 	srv.Restart(t)
 	up := time.Now()
-	t.Logf("Redis down for %v (killed, restarted on port %d)", up.Sub(down).Round(time.Millisecond), srv.Port())
+	t.Logf("Redis down for %v (killed, restarted on %s)", up.Sub(down).Round(time.Millisecond), srv.Addr())
 
 	// The workers resume by themselves.
 	var resumed time.Duration

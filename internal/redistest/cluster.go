@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,11 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	slotStarts = [4]int{0, 5461, 10923, 16384} // the first slots of the three masters, and the end
-	// probeKeys hash to a slot of each master in turn: 3300, 7365, 15495.
-	probeKeys = [3]string{"redistest:{b}", "redistest:{c}", "redistest:{a}"}
-)
+// probeKeys hash to a slot of each master in turn: 3300, 7365, 15495.
+var probeKeys = [3]string{"redistest:{b}", "redistest:{c}", "redistest:{a}"}
 
 // Cluster is a Redis Cluster of three masters and no replicas, each a
 // redis-server on 127.0.0.1, that together serve all 16384 slots: Node(0)
@@ -99,27 +97,19 @@ func (c *Cluster) WaitHealthy(tb testing.TB) {
 	}
 }
 
-// form assigns the slots, has every pair of nodes meet (gossip alone
-// takes seconds longer) and waits until the cluster is healthy.
+// form has redis-cli, which ships beside redis-server, assign the slots in
+// node order and join the nodes, then waits until the cluster is healthy.
 func (c *Cluster) form() error {
+	bin, err := lookup()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for i, n := range c.nodes {
-		args := []any{"CLUSTER", "ADDSLOTS"}
-		for slot := slotStarts[i]; slot < slotStarts[i+1]; slot++ {
-			args = append(args, slot)
-		}
-		cl := probeClient(n.Addr())
-		err := cl.Do(ctx, args...).Err()
-		for _, m := range c.nodes[i+1:] {
-			if err == nil {
-				err = cl.ClusterMeet(ctx, "127.0.0.1", strconv.Itoa(m.port)).Err()
-			}
-		}
-		cl.Close()
-		if err != nil {
-			return fmt.Errorf("redistest: forming the cluster at %s: %w", n.Addr(), err)
-		}
+	args := append([]string{"--cluster", "create"}, append(c.Addrs(), "--cluster-yes")...)
+	cli := filepath.Join(filepath.Dir(bin), "redis-cli")
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("redistest: %s %s: %v\n%s", cli, strings.Join(args, " "), err, out)
 	}
 	return c.waitHealthy()
 }

@@ -22,8 +22,8 @@ func TestMain(m *testing.M) { Main(m) }
 func TestStandaloneStartPingStop(t *testing.T) {
 	t.Parallel()
 	s := Start(t, Config{})
-	if host, port, err := net.SplitHostPort(s.Addr()); err != nil || host != "127.0.0.1" || port != strconv.Itoa(s.Port()) {
-		t.Fatalf("Addr() = %q, Port() = %d", s.Addr(), s.Port())
+	if host, port, err := net.SplitHostPort(s.Addr()); err != nil || host != "127.0.0.1" || port != strconv.Itoa(s.port) {
+		t.Fatalf("Addr() = %q, port %d", s.Addr(), s.port)
 	}
 	c := s.Client(t)
 	ctx := context.Background()
@@ -40,7 +40,7 @@ func TestStandaloneStartPingStop(t *testing.T) {
 	if !s.proc.exited() {
 		t.Fatal("running after Stop")
 	}
-	if _, err := freePort(s.Port()); err != nil {
+	if _, err := freePort(s.port); err != nil {
 		t.Fatal("the port accepts connections after Stop")
 	}
 	if err := s.Stop(); err != nil {
@@ -73,16 +73,16 @@ func TestRestartKeepsAppendOnlyData(t *testing.T) {
 	if err := c.Set(ctx, "k", "v1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	port := s.Port()
+	addr := s.Addr()
 	if err := s.Kill(); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
-	if _, err := freePort(s.Port()); err != nil {
+	if _, err := freePort(s.port); err != nil {
 		t.Fatal("the port is still bound after Kill")
 	}
 	s.Restart(t)
-	if s.Port() != port {
-		t.Fatalf("restarted on port %d, want %d", s.Port(), port)
+	if s.Addr() != addr {
+		t.Fatalf("restarted on %s, want %s", s.Addr(), addr)
 	}
 	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "v1" {
 		t.Fatalf("after Kill and Restart: GET k = %q, %v; want v1 (from the AOF)", v, err)
@@ -133,7 +133,7 @@ func TestPortTakenIsDetected(t *testing.T) {
 	}
 
 	other := Start(t, Config{})
-	s = &Server{port: other.Port(), dir: t.TempDir()}
+	s = &Server{port: other.port, dir: t.TempDir()}
 	if err := s.start(); !errors.Is(err, errPortTaken) {
 		t.Fatalf("start on another redis-server's port: %v; want errPortTaken", err)
 	}

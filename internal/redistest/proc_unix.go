@@ -18,33 +18,26 @@ import (
 func StartProcess(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	setPdeathsig(cmd.SysProcAttr)
-	spawner.once.Do(func() {
-		spawner.reqs = make(chan *exec.Cmd)
-		spawner.errs = make(chan error)
-		go spawnLoop()
-	})
-	spawner.mu.Lock()
-	defer spawner.mu.Unlock()
-	spawner.reqs <- cmd
-	return <-spawner.errs
+	errc := make(chan error)
+	spawner() <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 // Linux sends Pdeathsig when the thread that forked the child exits, not
 // the process, and the Go runtime does end threads. So every child is
 // forked from one goroutine that locks its thread and never returns.
-var spawner struct {
-	once sync.Once
-	mu   sync.Mutex // one request at a time
-	reqs chan *exec.Cmd
-	errs chan error
-}
+var spawner = sync.OnceValue(func() chan<- func() {
+	starts := make(chan func())
+	go spawnLoop(starts)
+	return starts
+})
 
-// spawnLoop starts each requested command from a thread it never leaves;
-// it runs until the process exits (Main's leak check expects it).
-func spawnLoop() {
+// spawnLoop runs each start from a thread it never leaves; it runs until
+// the process exits (Main's leak check expects it).
+func spawnLoop(starts <-chan func()) {
 	runtime.LockOSThread() // never unlocked
-	for cmd := range spawner.reqs {
-		spawner.errs <- cmd.Start()
+	for start := range starts {
+		start()
 	}
 }
 

@@ -19,7 +19,8 @@ import (
 // Environment variables read by this package.
 const (
 	// EnvServer names the redis-server binary to run: a path, or a name
-	// looked up on the PATH. When it is set, the PATH is not tried.
+	// looked up on the PATH. When it is set, the PATH is not tried. The
+	// redis-cli beside it forms clusters.
 	EnvServer = "SLUICE_REDIS_SERVER"
 	// EnvRequire, set to a true value (strconv.ParseBool), turns a missing
 	// redis-server from a skipped test into a failed one.

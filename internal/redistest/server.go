@@ -55,11 +55,9 @@ type process struct {
 	err  error         // cmd.Wait's result, set before done is closed
 }
 
-// Addr returns the server's address, "127.0.0.1:port".
+// Addr returns the server's address, "127.0.0.1:port". It does not change
+// across restarts.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-// Port returns the server's TCP port. It does not change across restarts.
-func (s *Server) Port() int { return s.port }
 
 // Options returns new client options for the server (address, password).
 func (s *Server) Options() *redis.Options {

@@ -5,7 +5,7 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
---           limit to pr arrive as strings (see AdmitFunctions).
+--           limit to pr arrive as strings (see admit_main.lua).
 -- State     a string: "a:f" as above, or "a" alone when f = 0 (Redis then
 --           keeps it as an integer). Read with GET, written with one SET
 --           PX.

@@ -31,25 +31,10 @@ func script(names ...string) *redis.Script {
 	return redis.NewScript(src(append([]string{"prelude"}, names...)...))
 }
 
-// The admission scripts of package algorithms: prelude.lua, the
-// algorithm's admit(), and admit_main.lua, which documents their KEYS, ARGV
-// and reply.
-var (
-	FixedWindow          = script("fixed_window", "admit_main")
-	SlidingWindowLog     = script("sliding_window_log", "admit_main")
-	SlidingWindowCounter = script("sliding_window_counter", "admit_main")
-	TokenBucket          = script("token_bucket", "admit_main")
-	GCRA                 = script("gcra", "admit_main")
-)
-
-// AdmitFunctions maps each algorithm's policy name to the Lua source that
-// defines its admit() function (the file of that name), for scripts that
-// admit and do more in the same atomic step (the queue's enqueue). Callers
-// pass admit() the five policy constants (limit, period, capacity, rl, pr)
-// as the strings of their ARGV, and each algorithm converts only the two
-// or three it uses: a tonumber of such a constant costs redis-server about
-// 1,800 instructions.
-var AdmitFunctions = map[string]string{}
+// Admit maps each algorithm's policy name (such as "gcra") to its
+// admission script of package algorithms: prelude.lua, the algorithm's
+// admit(), and admit_main.lua, which documents their KEYS, ARGV and reply.
+var Admit = map[string]*redis.Script{}
 
 // The pacing scripts of package throttle.
 var (
@@ -60,8 +45,8 @@ var (
 	ThrottleRelease = redis.NewScript(src("throttle_release"))
 )
 
-// QueueEnqueue returns the enqueue script that admits by algorithm alg (a
-// policy name as in AdmitFunctions), or admits everything when alg is "".
+// QueueEnqueue returns the enqueue script that admits by algorithm alg (its
+// policy name, such as "gcra"), or admits everything when alg is "".
 // Scripts are built once per algorithm.
 func QueueEnqueue(alg string) *redis.Script {
 	return queueEnqueue[alg]
@@ -71,7 +56,7 @@ var queueEnqueue = map[string]*redis.Script{"": script("no_admission", "queue_en
 
 func init() {
 	for _, alg := range []string{"fixed_window", "sliding_window_log", "sliding_window_counter", "token_bucket", "gcra"} {
-		AdmitFunctions[alg] = src(alg)
+		Admit[alg] = script(alg, "admit_main")
 		queueEnqueue[alg] = script(alg, "queue_enqueue")
 	}
 }

@@ -4,7 +4,7 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
---           limit to pr arrive as strings (see AdmitFunctions).
+--           limit to pr arrive as strings (see admit_main.lua).
 -- State     a sorted set: members "<µs>:<sequence>", scored by admission time
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)
   limit, period = tonumber(limit), tonumber(period)

@@ -4,7 +4,7 @@
 --           admit(key, limit, period µs, capacity, rl, pr, cost, consume,
 --           now µs, extra TTL ms) -> {allowed (1/0), remaining, reset
 --           after µs, retry after µs}
---           limit to pr arrive as strings (see AdmitFunctions).
+--           limit to pr arrive as strings (see admit_main.lua).
 -- State     a string "t:l": t = tokens (in 1/pr units), l = time of that
 --           count (µs). Read with GET, written with one SET PX.
 local function admit(key, limit, period, capacity, rl, pr, n, consume, now, pad)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
@@ -28,8 +29,8 @@ var sluiceScripts = func() map[string]string {
 		feedScript.Hash():          "staged feeder",
 	}
 	m[scripts.QueueEnqueue("").Hash()] = "sluice queue_enqueue (no admission)"
-	for alg := range scripts.AdmitFunctions {
-		m[scripts.QueueEnqueue(alg).Hash()] = "sluice queue_enqueue (" + alg + ")"
+	for _, alg := range algorithms.Algorithms {
+		m[scripts.QueueEnqueue(string(alg)).Hash()] = "sluice queue_enqueue (" + string(alg) + ")"
 	}
 	return m
 }()
