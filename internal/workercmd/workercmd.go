@@ -1,7 +1,6 @@
 // Package workercmd is the sluice worker process: flags, environment and
-// policy file in; the queue's workers, the dispatcher, the HTTP enqueue
-// endpoint, the sluice page at /, Prometheus /metrics and /healthz out. cmd/worker's main only
-// calls Main.
+// policy file in; the queue's workers, the dispatcher, POST /enqueue, the
+// sluice page at /, /metrics and /healthz out. cmd/worker only calls Main.
 package workercmd
 
 import (
