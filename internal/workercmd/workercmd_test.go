@@ -108,7 +108,9 @@ func TestWorkerCAWithoutRedis(t *testing.T) {
 	os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644)
 	var out bytes.Buffer
 	args := []string{"-policy", policy, "-redis", "", "-redis-cluster", "", "-redis-ca", "ca.pem", "-listen", "127.0.0.1:0"}
-	if code := Main(context.Background(), args, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "-redis-ca is set") {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a worker that starts anyway stops
+	defer cancel()
+	if code := Main(ctx, args, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "-redis-ca is set") {
 		t.Fatalf("exit %d, output %q; want 1 and the -redis-ca error", code, out.String())
 	}
 }
