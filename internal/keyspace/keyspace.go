@@ -1,20 +1,9 @@
-// Package keyspace builds the Redis key names that sluice uses.
-//
-// Every limited thing (a tenant, a downstream) gets exactly one Redis
-// Cluster hash tag, so that all keys that belong to it hash to one slot and
-// one Lua script may touch them together. Identifiers are user input: they
-// may hold braces, colons, spaces, newlines, any bytes and any length. The
-// encoding used inside the tag is therefore injective (two different ids
-// never share a tag) and bounded in size:
-//
-//   - an id of at most MaxVerbatim bytes drawn only from [A-Za-z0-9_.-] is
-//     used as it is, prefixed with "=";
-//   - any other id is replaced by "#" and the hex SHA-256 of its bytes.
-//
-// The two forms start with different characters, so a verbatim id can never
-// equal a hashed one; a hashed collision would need a SHA-256 collision.
-// Neither form contains "{" or "}", so the tag always ends where sluice
-// meant it to.
+// Package keyspace builds the Redis key names that sluice uses: each
+// limited thing (a tenant, a downstream) gets one Redis Cluster hash tag,
+// so that its keys share a slot. The tag encodes the id, which is user
+// input, injectively, without braces and in bounded size: "=" and the id
+// itself for at most MaxVerbatim bytes of [A-Za-z0-9_.-], else "#" and the
+// hex SHA-256 of the id (docs/algorithms.md, "Keys").
 package keyspace
 
 import (

@@ -17,18 +17,11 @@ func Valid(s string, max int, extra string) bool {
 	if s == "" || len(s) > max {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if !nameByte(s[i], extra) {
+	for _, c := range []byte(s) {
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && strings.IndexByte("_.-", c) < 0 && strings.IndexByte(extra, c) < 0 {
 			return false
 		}
 	}
 	return true
-}
-
-func nameByte(c byte, extra string) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
-		return true
-	}
-	return strings.IndexByte(extra, c) >= 0
 }

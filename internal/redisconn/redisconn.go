@@ -5,7 +5,6 @@
 package redisconn
 
 import (
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -88,9 +87,6 @@ func parse(raw string) (*redis.Options, error) {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
 		}
 		return nil, fmt.Errorf("-redis: %s; %s", msg, want)
-	}
-	if o.TLSConfig != nil && o.TLSConfig.MinVersion == 0 {
-		o.TLSConfig.MinVersion = tls.VersionTLS12
 	}
 	return o, nil
 }

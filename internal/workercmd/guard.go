@@ -8,17 +8,10 @@ import (
 	"strings"
 )
 
-// hostGuard refuses the requests that a web page in a browser could make
-// to the worker: one whose Host is not a name the worker answers to (DNS
-// rebinding: attacker.example resolved to 127.0.0.1) gets 421, and one
-// whose Origin is not the worker's own (a page of another site posting
-// to it) gets 403, on every endpoint: /enqueue, /monitoring/, /metrics
-// and /healthz.
-//
-// The worker answers to its listen address, to localhost, 127.0.0.1 and
-// [::1] on its port when it listens on loopback or on every address, and
-// to the names of -allowed-hosts: "name" for any port, "name:port" for
-// that port only.
+// hostGuard refuses, on every endpoint, the requests that a web page in a
+// browser could make to the worker: 421 for a Host it does not answer to
+// (DNS rebinding), 403 for an Origin not its own (README.md, "Running a
+// worker").
 type hostGuard struct {
 	exact map[string]bool // host:port, lower case
 	names map[string]bool // host names allowed on any port, lower case
@@ -27,7 +20,9 @@ type hostGuard struct {
 
 // newHostGuard returns the guard of a worker that was told to listen on
 // listen, listens on addr, and was given the -allowed-hosts entries extra
-// (parseAllowedHosts).
+// (parseAllowedHosts). It answers to listen and addr, to localhost,
+// 127.0.0.1 and [::1] on addr's port when addr is loopback or every
+// address, and to extra: "name" for any port, "name:port" for that port.
 func newHostGuard(listen string, addr net.Addr, extra []string, next http.Handler) *hostGuard {
 	g := &hostGuard{exact: map[string]bool{}, names: map[string]bool{}, next: next}
 	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {

@@ -12,11 +12,11 @@ import (
 	"github.com/sluicehq/sluice/internal/redisconn"
 )
 
-// connect returns a client for the configured Redis, or starts an embedded
-// one (miniredis on a loopback port) when none is configured. The closer
-// stops what was started.
+// connect returns a client for the configured Redis (a -redis-ca alone is
+// Client's error), or starts an embedded one (miniredis on a loopback
+// port) when none is configured. The closer stops what was started.
 func connect(ctx context.Context, f redisconn.Flags, log io.Writer) (redis.UniversalClient, func(), error) {
-	if f.Configured() {
+	if f.Configured() || f.CAFile != "" {
 		c, err := f.Client()
 		if err != nil {
 			return nil, nil, err
@@ -28,9 +28,6 @@ func connect(ctx context.Context, f redisconn.Flags, log io.Writer) (redis.Unive
 			return nil, nil, fmt.Errorf("connecting to Redis: %w", err)
 		}
 		return c, func() { c.Close() }, nil
-	}
-	if f.CAFile != "" {
-		return nil, nil, fmt.Errorf("-redis-ca is set but no -redis URL")
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {

@@ -1,7 +1,6 @@
 // Package workercmd is the sluice worker process: flags, environment and
-// policy file in; the queue's workers, the dispatcher, the HTTP enqueue
-// endpoint, the sluice page at /, Prometheus /metrics and /healthz out. cmd/worker's main only
-// calls Main.
+// policy file in; the queue's workers, the dispatcher, POST /enqueue, the
+// sluice page at /, /metrics and /healthz out. cmd/worker only calls Main.
 package workercmd
 
 import (
@@ -53,23 +52,16 @@ type options struct {
 	page            pageLimits   // defaultPageLimits unless a test sets them
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.redis.URL, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
-	fs.StringVar(&o.redis.CAFile, "redis-ca", env("SLUICE_REDIS_CA", ""), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
-	fs.StringVar(&o.redis.Cluster, "redis-cluster", env("SLUICE_REDIS_CLUSTER", ""), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
-	fs.StringVar(&o.policy, "policy", env("SLUICE_POLICY", ""), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
-	fs.StringVar(&o.listen, "listen", env("SLUICE_LISTEN", "127.0.0.1:9090"), "address of the sluice page (/), /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
-	fs.StringVar(&o.allowedHosts, "allowed-hosts", env("SLUICE_ALLOWED_HOSTS", ""), "comma-separated Host names the HTTP endpoints answer to besides the listen address (and localhost, 127.0.0.1, [::1] on a loopback or all-addresses listener): name for any port, name:port for one (env SLUICE_ALLOWED_HOSTS)")
+	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.CAFile, "redis-ca", os.Getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
+	fs.StringVar(&o.redis.Cluster, "redis-cluster", os.Getenv("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
+	fs.StringVar(&o.policy, "policy", os.Getenv("SLUICE_POLICY"), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
+	fs.StringVar(&o.listen, "listen", cmp.Or(os.Getenv("SLUICE_LISTEN"), "127.0.0.1:9090"), "address of the sluice page (/), /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
+	fs.StringVar(&o.allowedHosts, "allowed-hosts", os.Getenv("SLUICE_ALLOWED_HOSTS"), "comma-separated Host names the HTTP endpoints answer to besides the listen address (and localhost, 127.0.0.1, [::1] on a loopback or all-addresses listener): name for any port, name:port for one (env SLUICE_ALLOWED_HOSTS)")
 	fs.IntVar(&o.concurrency, "concurrency", 10, "jobs this process runs at once")
 	fs.Float64Var(&o.fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "how long SIGTERM lets running jobs finish")
@@ -86,11 +78,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if !o.demo && o.policy == "" {
 		return o, errors.New("-policy is required (or -demo)")
 	}
-	hosts, err := parseAllowedHosts(o.allowedHosts)
-	if err != nil {
+	var err error
+	if o.hosts, err = parseAllowedHosts(o.allowedHosts); err != nil {
 		return o, err
 	}
-	o.hosts = hosts
 	if o.concurrency < 1 {
 		return o, fmt.Errorf("-concurrency must be at least 1, got %d", o.concurrency)
 	}

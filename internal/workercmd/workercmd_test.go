@@ -101,6 +101,20 @@ func TestWorkerBadPolicy(t *testing.T) {
 	}
 }
 
+// TestWorkerCAWithoutRedis: a -redis-ca without -redis or -redis-cluster
+// is refused, not ignored by starting the embedded Redis.
+func TestWorkerCAWithoutRedis(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644)
+	var out bytes.Buffer
+	args := []string{"-policy", policy, "-redis", "", "-redis-cluster", "", "-redis-ca", "ca.pem", "-listen", "127.0.0.1:0"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a worker that starts anyway stops
+	defer cancel()
+	if code := Main(ctx, args, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "-redis-ca is set") {
+		t.Fatalf("exit %d, output %q; want 1 and the -redis-ca error", code, out.String())
+	}
+}
+
 // TestWorkerRetention checks that queue.retention reaches asynq: a
 // completed job is kept for the policy's time, not the default.
 func TestWorkerRetention(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -389,10 +390,8 @@ func readDuration(n *yaml.Node) (int64, error) {
 	s := strings.TrimSpace(n.Value)
 	d, err := time.ParseDuration(s)
 	switch {
-	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float":
-		return 0, fmt.Errorf("a duration needs a unit, such as %q or %q; got %s", n.Value+"s", n.Value+"ms", describe(n))
-	case strings.IndexFunc(s, func(r rune) bool { return r >= 'a' && r <= 'z' || r == 'µ' || r == 'μ' }) < 0:
-		return 0, errors.New("a duration needs a unit, such as \"10s\" or \"500ms\"; got " + describe(n))
+	case n.ShortTag() == "!!int" || n.ShortTag() == "!!float" || !strings.ContainsFunc(s, unicode.IsLetter):
+		return 0, fmt.Errorf("a duration needs a unit, such as %q or %q; got %s", s+"s", s+"ms", describe(n))
 	case err != nil:
 		return 0, errors.New("must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got " + describe(n))
 	case d < 0:

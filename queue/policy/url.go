@@ -79,10 +79,7 @@ func basePath(u *url.URL) string {
 // between slashes or backslashes; at any depth of percent-encoding, a ";"
 // or a "%25" that encodes a dot, a slash or a backslash (docs/policy.md).
 func pathTrick(u *url.URL) string {
-	p, err := url.PathUnescape(u.EscapedPath())
-	if err != nil {
-		return "an invalid escape in its path"
-	}
+	p, _ := url.PathUnescape(u.EscapedPath()) // EscapedPath's escapes are valid
 	for _, seg := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
 		if seg == "." || seg == ".." {
 			return "a . or .. path segment"
