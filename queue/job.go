@@ -197,14 +197,12 @@ func (j *Job) validate(maxPayload int) error {
 
 func (j *Job) cost() int64 { return max(j.Cost, 1) }
 
+// maxRetry is MaxRetry as asynq takes it: 25 by default, 0 for none.
 func (j *Job) maxRetry() int {
-	switch {
-	case j.MaxRetry == 0:
+	if j.MaxRetry == 0 {
 		return 25
-	case j.MaxRetry < 0:
-		return 0
 	}
-	return j.MaxRetry
+	return max(j.MaxRetry, 0)
 }
 
 // defaultClass is the metrics class of tenants whose policy names none.

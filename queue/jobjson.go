@@ -23,8 +23,7 @@ func ParseJob(data []byte) (Job, error) {
 		return Job{}, invalid("%v", err)
 	}
 	var req EnqueueRequest
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&req); err != nil {
+	if err := json.Unmarshal(data, &req); err != nil {
 		return Job{}, invalid("%v", err)
 	}
 	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Payload: []byte(req.Payload), Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}

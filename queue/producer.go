@@ -199,15 +199,11 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	k := p.keys
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
-	class := ""
-	if job.class != defaultClass {
-		class = job.class
-	}
 	admKey := k.admission(cmp.Or(alg, "none"), enc)
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},
 		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, class, recordID, p.cfg.now()).Int64Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now()).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -325,11 +321,9 @@ func (p *Producer) Sleepers(ctx context.Context, n int) ([]Sleeper, error) {
 	}
 	out := make([]Sleeper, len(zs))
 	for i, z := range zs {
+		// Every script that puts a tenant to sleep says why in the same step.
 		text, _ := whys[i].(string)
-		tenant, why, ok := strings.Cut(text, "\t")
-		if !ok {
-			tenant, why = fields[i], "unknown"
-		}
+		tenant, why, _ := strings.Cut(text, "\t")
 		out[i] = Sleeper{Tenant: tenant, Until: time.UnixMicro(int64(z.Score)), Why: why}
 	}
 	return out, nil

@@ -21,8 +21,8 @@
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
 --          for a tenant without one, 10 tenant bound (0: none),
---          11 weight (1 is not stored), 12 the tenant's metrics class (""
---          for "default", which is not counted), 13 the job's scoped id
+--          11 weight (1 is not stored), 12 the tenant's metrics class
+--          ("default" is not counted), 13 the job's scoped id
 --          (queue.Job.ScopedID; "" for an id the producer chose, which is
 --          not recorded), 14 now in µs
 --          ("" for the server's TIME)
@@ -65,8 +65,8 @@ if redis.call('RPUSH', KEYS[4], ARGV[2]) == 1 and redis.call('SADD', KEYS[3], te
   redis.call('RPUSH', KEYS[2], tenant)
 end
 -- The default weight (1) is not stored and the default class not counted
--- (its count is the depth less the others', queue.readStats), which saves
--- a command on most jobs.
+-- (its count is the depth less the others', queue.Producer.Stats), which
+-- saves a command on most jobs.
 if ARGV[11] ~= '1' then redis.call('HSET', KEYS[7], tenant, ARGV[11]) end
-if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
+if ARGV[12] ~= 'default' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
 return {0, depth + 1, d[2], d[3]}

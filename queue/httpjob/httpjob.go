@@ -9,6 +9,7 @@ package httpjob
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,9 +80,6 @@ type Handler struct {
 	Metrics *downstream.Metrics
 }
 
-// maxErrorBody is how much of an error response is kept in the error.
-const maxErrorBody = 512
-
 // ParseRequest reads a Type job's payload and refuses what could never be
 // sent: a payload that is no Request, no url, a method outside
 // downstream.HTTPMethods, an unsendable header (downstream.CheckRequest).
@@ -112,11 +110,7 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if err != nil {
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
 	}
-	timeout := target.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), timeout)
+	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), cmp.Or(target.Timeout, 30*time.Second))
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
@@ -141,7 +135,7 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		return fmt.Errorf("sluice: %s job %s to %s: %w", Type, job.ID, hr.URL.Host, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512)) // for the error
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
