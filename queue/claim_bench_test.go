@@ -35,7 +35,7 @@ func BenchmarkClaimScript(b *testing.B) {
 
 func benchClaim(b *testing.B, tenants, batch int) {
 	ctx := context.Background()
-	client := redistest.Shared(b)
+	client := redistest.Start(b, redistest.Config{}).Client(b) // its own: the benchmark flushes it
 	cfg := Config{Queue: "bench-claim", Bound: 1 << 40}
 	p, err := NewProducer(client, &cfg)
 	if err != nil {
@@ -125,7 +125,7 @@ func evalUsec(b *testing.B, c *redis.Client) int64 {
 // enqueue benchmark in bench/cmd/queue, without the clients' noise.
 func BenchmarkEnqueueScript(b *testing.B) {
 	ctx := context.Background()
-	client := redistest.Shared(b)
+	client := redistest.Start(b, redistest.Config{}).Client(b) // its own: the benchmark flushes it
 	pol := algorithms.Policy{Algorithm: algorithms.TokenBucket, Limit: 1_000_000_000, Period: time.Second}
 	cfg := Config{Queue: "bench-enqueue", Bound: 1 << 40, Tenants: func(string) TenantPolicy { return TenantPolicy{Admission: &pol} }}
 	p, err := NewProducer(client, &cfg)
