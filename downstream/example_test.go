@@ -87,15 +87,14 @@ func ExampleParseFeedback() {
 	h := http.Header{}
 	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
 	fb := downstream.ParseFeedback(http.StatusTooManyRequests, h, now)
-	fmt.Println(fb.Limited, fb.RetryAfter, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.RetryAfter, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
 
-	// A 200 with the IETF RateLimit fields: nothing left for 12 seconds,
+	// A 200 with the IETF RateLimit field: nothing left for 12 seconds,
 	// so the next call would be refused; pause before it is sent.
 	h = http.Header{}
-	h.Set("RateLimit-Policy", `"default";q=100;w=60`)
 	h.Set("RateLimit", `"default";r=0;t=12`)
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, fb.Window, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.Remaining, fb.Reset, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
 
 	// GitHub-style X-RateLimit fields with an epoch reset: quota left, no pause.
 	h = http.Header{}
@@ -103,14 +102,14 @@ func ExampleParseFeedback() {
 	h.Set("X-RateLimit-Remaining", "4999")
 	h.Set("X-RateLimit-Reset", fmt.Sprint(now.Add(time.Hour).Unix()))
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.Remaining, fb.Reset, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
 
 	// A 429 that says nothing: the default backoff.
 	fb = downstream.ParseFeedback(http.StatusTooManyRequests, http.Header{}, now)
-	fmt.Println(fb.Limited, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.HasRetryAfter, fb.Remaining, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
 	// Output:
-	// true 1m30s retry-after pause 1m30s
-	// false ratelimit 100 0 12s 1m0s pause 12s
-	// false x-ratelimit 5000 4999 1h0m0s pause 0s
-	// true none pause 1s
+	// true 1m30s pause 1m30s
+	// false 0 12s pause 12s
+	// false 4999 1h0m0s pause 0s
+	// true false -1 pause 1s
 }
