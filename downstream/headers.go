@@ -70,28 +70,6 @@ func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	return f
 }
 
-// PauseFor returns how long the whole fleet should stop calling after this
-// response: for a limited one, RetryAfter when above 0 (0 would retry in a
-// hot loop), else Reset when Remaining is 0, else defaultBackoff; for any
-// other, Reset when Remaining is 0 (the next call would be refused), else
-// 0. The result is rounded up to a millisecond, and at most maxPause (at
-// most MaxStatedDuration when maxPause <= 0).
-func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration {
-	if maxPause <= 0 || maxPause > MaxStatedDuration {
-		maxPause = MaxStatedDuration
-	}
-	var d time.Duration
-	switch {
-	case f.Limited && f.HasRetryAfter && f.RetryAfter > 0:
-		d = f.RetryAfter
-	case f.Remaining == 0 && f.Reset > 0:
-		d = f.Reset
-	case f.Limited:
-		d = defaultBackoff
-	}
-	return min(ceilDuration(d), maxPause)
-}
-
 // statedQuota is one quota as a downstream states it: -1 and 0 mean
 // unknown, as in Feedback.
 type statedQuota struct {

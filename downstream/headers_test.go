@@ -574,69 +574,39 @@ func TestParseFeedbackMalformed(t *testing.T) {
 		fb(4, 9*time.Second)})
 }
 
-type pauseStep struct {
-	name    string
-	f       Feedback
-	backoff time.Duration
-	max     time.Duration
-	want    time.Duration
-}
-
-func checkPause(t *testing.T, s pauseStep) {
-	t.Helper()
-	if got := s.f.PauseFor(s.backoff, s.max); got != s.want {
-		t.Errorf("%s: %+v.PauseFor(%v, %v) = %v, want %v", s.name, s.f, s.backoff, s.max, got, s.want)
-	}
-}
-
-func TestPauseFor(t *testing.T) {
-	const backoff, maxPause = time.Second, 10 * time.Minute
-	none := fb(-1, 0)
-	exhausted := fb(0, 30*time.Second)
-	for _, s := range []pauseStep{
-		{"OK", none, backoff, maxPause, 0},
-		{"limited, nothing said", none.limited(), backoff, maxPause, backoff},
-		{"limited, Retry-After", none.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
-		{"Retry-After over Reset", exhausted.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
-		{"limited, Reset", exhausted.limited(), backoff, maxPause, 30 * time.Second},
-		{"limited, Retry-After 0, Reset", exhausted.limited().retry(0), backoff, maxPause, 30 * time.Second},
-		{"limited, Retry-After 0", none.limited().retry(0), backoff, maxPause, backoff},
-		{"limited, quota left", fb(3, 30*time.Second).limited(), backoff, maxPause, backoff},
-		{"limited, exhausted without reset", fb(0, 0).limited(), backoff, maxPause, backoff},
-		{"OK, exhausted", exhausted, backoff, maxPause, 30 * time.Second},
-		{"OK, exhausted without reset", fb(0, 0), backoff, maxPause, 0},
-		{"OK, quota left", fb(1, 30*time.Second), backoff, maxPause, 0},
-		{"OK, Retry-After ignored", none.retry(time.Minute), backoff, maxPause, 0},
-		{"capped", none.limited().retry(time.Hour), backoff, maxPause, maxPause},
-		{"capped reset", fb(0, time.Hour), backoff, maxPause, maxPause},
-		{"capped backoff", none.limited(), time.Hour, maxPause, maxPause},
-		{"no cap", none.limited().retry(time.Hour), backoff, 0, time.Hour},
-		{"negative cap", none.limited().retry(time.Hour), backoff, -time.Second, time.Hour},
-		{"cap above the maximum", none.limited().retry(MaxStatedDuration), backoff, math.MaxInt64, MaxStatedDuration},
-		{"rounded up", none.limited().retry(1500*time.Microsecond + 1), backoff, maxPause, 2 * time.Millisecond},
-		{"rounded up reset", fb(0, time.Nanosecond), backoff, maxPause, time.Millisecond},
-		{"rounded up backoff", none.limited(), time.Nanosecond, maxPause, time.Millisecond},
-		{"cap not a multiple", none.limited().retry(time.Hour), backoff, 1500 * time.Microsecond, 1500 * time.Microsecond},
-		{"negative backoff", none.limited(), -time.Second, maxPause, 0},
-		{"absurd Retry-After", none.limited().retry(math.MaxInt64), backoff, maxPause, maxPause},
-		{"absurd Retry-After, no cap", none.limited().retry(math.MaxInt64), backoff, 0, MaxStatedDuration},
-		{"negative Retry-After", none.limited().retry(math.MinInt64), backoff, maxPause, backoff},
-		{"negative reset", fb(0, -time.Second), backoff, maxPause, 0},
-		{"absurd reset", fb(0, math.MaxInt64).limited(), backoff, maxPause, maxPause},
-	} {
-		checkPause(t, s)
-	}
-}
-
-// TestPauseForFromHeaders runs whole responses through both steps, as
-// Transport does.
-func TestPauseForFromHeaders(t *testing.T) {
+// TestPauseOf runs whole responses through ParseFeedback and the pause
+// rule, as Transport does (DefaultBackoff 1s, DefaultMaxPause 10m).
+func TestPauseOf(t *testing.T) {
+	exhausted := []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"}
+	with := func(kv ...string) http.Header { return hdr(append(kv, exhausted...)...) }
 	for _, s := range []struct {
 		name   string
 		status int
 		h      http.Header
 		want   time.Duration
 	}{
+		{"OK", 200, hdr(), 0},
+		{"limited, nothing said", 429, hdr(), time.Second},
+		{"limited, Retry-After", 429, hdr("Retry-After", "5"), 5 * time.Second},
+		{"Retry-After over Reset", 429, with("Retry-After", "5"), 5 * time.Second},
+		{"limited, Reset", 429, with(), 30 * time.Second},
+		{"limited, Retry-After 0, Reset", 429, with("Retry-After", "0"), 30 * time.Second},
+		{"limited, Retry-After 0", 429, hdr("Retry-After", "0"), time.Second},
+		{"limited, date past", 429, hdr("Retry-After", httpDate(-time.Minute)), time.Second},
+		{"limited, quota left", 429, hdr("X-RateLimit-Remaining", "3", "X-RateLimit-Reset", "30"), time.Second},
+		{"limited, exhausted without reset", 429, hdr("X-RateLimit-Remaining", "0"), time.Second},
+		{"limited, malformed Retry-After", 429, hdr("Retry-After", "-5"), time.Second},
+		{"limited, huge Retry-After", 429, hdr("Retry-After", "1e99999"), time.Second},
+		{"OK, exhausted", 200, with(), 30 * time.Second},
+		{"OK, exhausted without reset", 200, hdr("X-RateLimit-Remaining", "0"), 0},
+		{"OK, exhausted, past reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Hour)), 0},
+		{"OK, quota left", 200, hdr("X-RateLimit-Remaining", "1", "X-RateLimit-Reset", "30"), 0},
+		{"OK, Retry-After ignored", 200, hdr("Retry-After", "60"), 0},
+		{"capped", 429, hdr("Retry-After", "3600"), 10 * time.Minute},
+		{"capped reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3600"), 10 * time.Minute},
+		{"absurd Retry-After", 429, hdr("Retry-After", "99999999999999999999999"), 10 * time.Minute},
+		{"absurd reset", 429, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999"), 10 * time.Minute},
+		{"rounded up reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "0.0001"), time.Millisecond},
 		{"Shopify 429", 429, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"), 2 * time.Second},
 		{"GitHub primary", 403, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(90*time.Second)), 89750 * time.Millisecond},
 		{"GitHub secondary", 403, hdr("X-RateLimit-Remaining", "10", "Retry-After", "60"), time.Minute},
@@ -644,16 +614,14 @@ func TestPauseForFromHeaders(t *testing.T) {
 		{"Discord 429", 429, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "0.0625"), 63 * time.Millisecond},
 		{"OpenAI 429", 429, hdr("X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "20ms"), 20 * time.Millisecond},
 		{"structured 429", 429, hdr("RateLimit", `"default";r=0;t=30`), 30 * time.Second},
-		{"503 without Retry-After", 503, hdr(), 0},
+		{"503 says nothing", 503, hdr(), time.Second},
+		{"503 Retry-After 0", 503, hdr("Retry-After", "0"), time.Second},
 		{"503 with Retry-After", 503, hdr("Retry-After", "120"), 2 * time.Minute},
-		{"429 date past", 429, hdr("Retry-After", httpDate(-time.Minute)), time.Second},
-		{"429 huge", 429, hdr("Retry-After", "1e99999"), time.Second},
-		{"429 absurd", 429, hdr("Retry-After", "99999999999999999999999"), 10 * time.Minute},
+		{"503, exhausted", 503, with(), 30 * time.Second},
 		{"500", 500, hdr(), 0},
 	} {
-		got := ParseFeedback(s.status, s.h, testNow).PauseFor(time.Second, 10*time.Minute)
-		if got != s.want {
-			t.Errorf("%s: pause %v, want %v", s.name, got, s.want)
+		if got := pauseAt(s.status, s.h, testNow); got != s.want {
+			t.Errorf("%s: pauseAt(%d, %v) = %v, want %v", s.name, s.status, s.h, got, s.want)
 		}
 	}
 }
@@ -675,7 +643,7 @@ func BenchmarkParseFeedback(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ParseFeedback(http.StatusOK, s.h, testNow).PauseFor(time.Second, time.Minute)
+				pauseAt(http.StatusOK, s.h, testNow)
 			}
 		})
 	}
