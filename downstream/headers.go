@@ -15,7 +15,7 @@ import (
 
 // MaxStatedDuration bounds every duration read from a header: a larger one
 // (a Retry-After of a billion seconds, a date in the year 9999) reads as
-// MaxStatedDuration. 31 days keeps a monthly quota's window intact.
+// MaxStatedDuration. 31 days keeps a monthly quota's reset intact.
 const MaxStatedDuration = 31 * 24 * time.Hour
 
 // Feedback is what one HTTP response says about the caller's rate limit:
