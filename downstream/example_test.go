@@ -78,8 +78,7 @@ func ExampleTransport() {
 }
 
 // ParseFeedback reads what a response says of the caller's rate limit,
-// whatever the header family, and PauseFor turns it into how long the
-// fleet should stop calling. Times are read against the now passed in.
+// whatever the header family. Times are read against the now passed in.
 func ExampleParseFeedback() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
@@ -87,30 +86,57 @@ func ExampleParseFeedback() {
 	h := http.Header{}
 	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
 	fb := downstream.ParseFeedback(http.StatusTooManyRequests, h, now)
-	fmt.Println(fb.Limited, fb.RetryAfter, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.RetryAfter)
 
-	// A 200 with the IETF RateLimit fields: nothing left for 12 seconds,
-	// so the next call would be refused; pause before it is sent.
+	// A 200 with the IETF RateLimit field: nothing left for 12 seconds.
 	h = http.Header{}
-	h.Set("RateLimit-Policy", `"default";q=100;w=60`)
 	h.Set("RateLimit", `"default";r=0;t=12`)
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, fb.Window, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.Remaining, fb.Reset)
 
-	// GitHub-style X-RateLimit fields with an epoch reset: quota left, no pause.
+	// GitHub-style X-RateLimit fields with an epoch reset.
 	h = http.Header{}
 	h.Set("X-RateLimit-Limit", "5000")
 	h.Set("X-RateLimit-Remaining", "4999")
 	h.Set("X-RateLimit-Reset", fmt.Sprint(now.Add(time.Hour).Unix()))
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Source, fb.Limit, fb.Remaining, fb.Reset, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.Remaining, fb.Reset)
 
-	// A 429 that says nothing: the default backoff.
+	// A 429 that says nothing.
 	fb = downstream.ParseFeedback(http.StatusTooManyRequests, http.Header{}, now)
-	fmt.Println(fb.Limited, fb.Source, "pause", fb.PauseFor(downstream.DefaultBackoff, downstream.DefaultMaxPause))
+	fmt.Println(fb.Limited, fb.HasRetryAfter, fb.Remaining)
 	// Output:
-	// true 1m30s retry-after pause 1m30s
-	// false ratelimit 100 0 12s 1m0s pause 12s
-	// false x-ratelimit 5000 4999 1h0m0s pause 0s
-	// true none pause 1s
+	// true 1m30s
+	// false 0 12s
+	// false 4999 1h0m0s
+	// true false -1
+}
+
+// PauseOf is the pause Transport takes after a response: what it asks
+// for, DefaultBackoff for a refusal that says nothing, or 0 while quota
+// is left.
+func ExamplePauseOf() {
+	for _, r := range []struct {
+		status int
+		field  string
+		value  string
+	}{
+		{http.StatusTooManyRequests, "Retry-After", "90"},
+		{http.StatusOK, "RateLimit", `"default";r=0;t=12`}, // the next call would be refused
+		{http.StatusOK, "X-RateLimit-Remaining", "4999"},
+		{http.StatusTooManyRequests, "", ""},
+		{http.StatusServiceUnavailable, "", ""},
+	} {
+		resp := &http.Response{StatusCode: r.status, Header: http.Header{}}
+		if r.field != "" {
+			resp.Header.Set(r.field, r.value)
+		}
+		fmt.Println(r.status, downstream.PauseOf(resp))
+	}
+	// Output:
+	// 429 1m30s
+	// 200 12s
+	// 200 0s
+	// 429 1s
+	// 503 1s
 }

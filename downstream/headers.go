@@ -15,25 +15,11 @@ import (
 
 // MaxStatedDuration bounds every duration read from a header: a larger one
 // (a Retry-After of a billion seconds, a date in the year 9999) reads as
-// MaxStatedDuration. 31 days keeps a monthly quota's window intact.
+// MaxStatedDuration. 31 days keeps a monthly quota's reset intact.
 const MaxStatedDuration = 31 * 24 * time.Hour
 
-// Header families, as reported in Feedback.Source. The set is closed, so
-// Source is safe as a metric label.
-const (
-	SourceNone       = "none"        // the response said nothing of its limits
-	SourceRetryAfter = "retry-after" // only Retry-After spoke
-	// RateLimit and RateLimit-Policy: lists ("default";r=50;t=30, draft-08
-	// on) or a dictionary (limit=100, remaining=50, reset=30, draft-07).
-	SourceRateLimit       = "ratelimit"
-	SourceRateLimitLegacy = "ratelimit-legacy" // RateLimit-Limit, -Remaining, -Reset (drafts 00 to 06)
-	SourceOpenAI          = "openai"           // x-ratelimit-{limit,remaining,reset}-{requests,tokens}
-	SourceAnthropic       = "anthropic"        // anthropic-ratelimit-{requests,tokens,...}-{limit,remaining,reset}
-	SourceXRateLimit      = "x-ratelimit"      // X-RateLimit-* (GitHub, Discord) or X-Rate-Limit-* (Twitter)
-	SourceShopify         = "shopify"          // X-Shopify-Shop-Api-Call-Limit: "32/40"
-)
-
-// Feedback is what one HTTP response says about the caller's rate limit.
+// Feedback is what one HTTP response says about the caller's rate limit:
+// what sluice needs to decide a pause.
 type Feedback struct {
 	// Limited reports a response that refused the call for its rate:
 	// status 429; 503 with Retry-After; or 403 with Retry-After or with a
@@ -43,44 +29,34 @@ type Feedback struct {
 	// past reads as 0); HasRetryAfter reports a valid Retry-After.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
-	// Limit is the quota in units per window; Remaining the units left in
-	// the current window. -1 when unknown.
-	Limit, Remaining int64
-	// Reset is the time until the quota refills; Window the quota's
-	// window. 0 when unknown.
-	Reset, Window time.Duration
-	// Source is the header family that Limit, Remaining, Reset and Window
-	// came from: one of the Source constants.
-	Source string
+	// Remaining is the units left in the current window, -1 when unknown;
+	// Reset the time until the quota refills, 0 when unknown.
+	Remaining int64
+	Reset     time.Duration
 }
 
 // ParseFeedback reads a response's status and headers at time now. It
 // never fails: a malformed value is ignored and its field stays unknown.
-// Header names match case-insensitively.
+// Header names match case-insensitively. Every duration is a whole number
+// of milliseconds (rounded up), at most MaxStatedDuration.
 //
-// Quota fields come from one family, the first in the order of the Source
-// constants that states a remaining quota or a reset, else the first that
-// states a limit or a window: families are never mixed. Of several quotas
-// in a family (RateLimit policies, requests and tokens), the most
-// restrictive is reported: the least remaining, then the longest reset.
-// RateLimit-Policy alone reports its lowest rate (q/w).
+// Remaining and Reset come from one header family, the first in this
+// order that states a remaining quota or a reset: RateLimit (draft-07
+// on), RateLimit-Remaining and -Reset (drafts 00 to 06), OpenAI's
+// x-ratelimit-*-{requests,tokens}, Anthropic's anthropic-ratelimit-*,
+// X-RateLimit-* (GitHub, Discord) or X-Rate-Limit-* (Twitter), and
+// Shopify's X-Shopify-Shop-Api-Call-Limit. Families are never mixed. Of
+// several quotas in a family (RateLimit policies, requests and tokens),
+// the most restrictive is reported: the least remaining, then the longest
+// reset.
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	h = canonicalHeader(h)
-	f := Feedback{Limit: -1, Remaining: -1, Source: SourceNone}
+	f := Feedback{Remaining: -1}
 	f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After"), now, parseRetryAfter)
-	if f.HasRetryAfter {
-		f.Source = SourceRetryAfter
-	}
-	limitOnly := false // a family stated only a limit or a window; a later one may state more
-	for _, fam := range families {
-		q, ok := fam.read(h, now)
-		stated := q.Remaining >= 0 || q.Reset > 0
-		if ok && (stated || !limitOnly && (q.Limit >= 0 || q.Window > 0)) {
-			f.Limit, f.Remaining, f.Reset, f.Window, f.Source = q.Limit, q.Remaining, q.Reset, q.Window, fam.source
-			if stated {
-				break
-			}
-			limitOnly = true
+	for _, read := range families {
+		if q, ok := read(h, now); ok {
+			f.Remaining, f.Reset = q.Remaining, q.Reset
+			break
 		}
 	}
 	switch status {
@@ -94,71 +70,43 @@ func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	return f
 }
 
-// PauseFor returns how long the whole fleet should stop calling after this
-// response: for a limited one, RetryAfter when above 0 (0 would retry in a
-// hot loop), else Reset when Remaining is 0, else defaultBackoff; for any
-// other, Reset when Remaining is 0 (the next call would be refused), else
-// 0. The result is rounded up to a millisecond, and at most maxPause (at
-// most MaxStatedDuration when maxPause <= 0).
-func (f Feedback) PauseFor(defaultBackoff, maxPause time.Duration) time.Duration {
-	if maxPause <= 0 || maxPause > MaxStatedDuration {
-		maxPause = MaxStatedDuration
-	}
-	var d time.Duration
-	switch {
-	case f.Limited && f.HasRetryAfter && f.RetryAfter > 0:
-		d = f.RetryAfter
-	case f.Remaining == 0 && f.Reset > 0:
-		d = f.Reset
-	case f.Limited:
-		d = defaultBackoff
-	}
-	return min(ceilDuration(d), maxPause)
-}
-
-// statedQuota is one quota as a downstream states it: Name is its policy's
-// name in RateLimit or RateLimit-Policy; -1 and 0 mean unknown, as in
-// Feedback.
+// statedQuota is one quota as a downstream states it: -1 and 0 mean
+// unknown, as in Feedback.
 type statedQuota struct {
-	Name             string
-	Limit, Remaining int64
-	Reset, Window    time.Duration
+	Remaining int64
+	Reset     time.Duration
 }
 
-// families, in order of precedence. Each reads its most restrictive quota,
-// or false when the response has none of its fields in a readable form.
-var families = []struct {
-	source string
-	read   func(h http.Header, now time.Time) (statedQuota, bool)
-}{
-	{SourceRateLimit, structuredQuota},
-	{SourceRateLimitLegacy, fields(fieldSet{limit: "RateLimit-Limit", remaining: "RateLimit-Remaining",
-		reset: []string{"RateLimit-Reset", "RateLimit-ResetTime"}, policyWindow: true})}, // ResetTime: GitLab's date
-	{SourceOpenAI, fields(kind("X-RateLimit-%s-Requests"), kind("X-RateLimit-%s-Tokens"))},
-	{SourceAnthropic, fields(kind("Anthropic-RateLimit-Requests-%s"), kind("Anthropic-RateLimit-Tokens-%s"),
-		kind("Anthropic-RateLimit-Input-Tokens-%s"), kind("Anthropic-RateLimit-Output-Tokens-%s"))},
+// families, in ParseFeedback's order of precedence. Each reads its most
+// restrictive quota, or false when it states no remaining quota nor reset.
+var families = []func(h http.Header, now time.Time) (statedQuota, bool){
+	structuredQuota,
+	// Drafts 00 to 06; RateLimit-ResetTime is GitLab's date.
+	fields(fieldSet{remaining: "RateLimit-Remaining", reset: []string{"RateLimit-Reset", "RateLimit-ResetTime"}}),
+	fields(kind("X-RateLimit-%s-Requests"), kind("X-RateLimit-%s-Tokens")), // OpenAI
+	fields(kind("Anthropic-RateLimit-Requests-%s"), kind("Anthropic-RateLimit-Tokens-%s"),
+		kind("Anthropic-RateLimit-Input-Tokens-%s"), kind("Anthropic-RateLimit-Output-Tokens-%s")),
 	// Reset-After (Discord) is a delta, immune to clock skew: before Reset.
-	{SourceXRateLimit, fields(
+	fields(
 		fieldSet{limit: "X-RateLimit-Limit", remaining: "X-RateLimit-Remaining", used: "X-RateLimit-Used",
 			reset: []string{"X-RateLimit-Reset-After", "X-RateLimit-Reset"}},
-		fieldSet{limit: "X-Rate-Limit-Limit", remaining: "X-Rate-Limit-Remaining", reset: []string{"X-Rate-Limit-Reset"}})},
-	{SourceShopify, shopifyQuota},
+		fieldSet{remaining: "X-Rate-Limit-Remaining", reset: []string{"X-Rate-Limit-Reset"}}),
+	shopifyQuota,
 }
 
 // fieldSet names the fields of one quota. Of the reset fields, the first
 // with a readable value counts.
 type fieldSet struct {
-	limit, remaining string
-	used             string // units used, read when remaining is absent (GitHub)
-	reset            []string
-	policyWindow     bool // the window of the RateLimit-Policy with the same limit
+	remaining   string
+	limit, used string // read when remaining is absent: limit - used (GitHub)
+	reset       []string
 }
 
 // kind names the fields of one kind of units by a pattern with %s for
-// Limit, Remaining and Reset.
+// Remaining and Reset.
 func kind(pattern string) fieldSet {
 	f := func(part string) string { return strings.Replace(pattern, "%s", part, 1) }
-	return fieldSet{limit: f("Limit"), remaining: f("Remaining"), reset: []string{f("Reset")}}
+	return fieldSet{remaining: f("Remaining"), reset: []string{f("Reset")}}
 }
 
 // fields reads a family with a field per count or reset.
@@ -167,42 +115,26 @@ func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
 		var qs []statedQuota
 		for _, fs := range sets {
 			q := statedQuota{Remaining: minCount(h.Values(fs.remaining))}
-			q.Limit, q.Window = limitField(h.Values(fs.limit))
-			if used := minCount(h.Values(fs.used)); fs.used != "" && used >= 0 && q.Remaining < 0 && q.Limit >= 0 {
-				q.Remaining = max(q.Limit-used, 0)
+			if fs.used != "" && q.Remaining < 0 {
+				if used, limit := minCount(h.Values(fs.used)), limitField(h.Values(fs.limit)); used >= 0 && limit >= 0 {
+					q.Remaining = max(limit-used, 0)
+				}
 			}
-			hasReset := false
 			for _, r := range fs.reset {
-				if q.Reset, hasReset = longest(h.Values(r), now, parseReset); hasReset {
+				var ok bool
+				if q.Reset, ok = longest(h.Values(r), now, parseReset); ok {
 					break
 				}
 			}
-			if fs.policyWindow && q.Window == 0 && q.Limit >= 0 {
-				q.Window = matchPolicy(statedQuota{Limit: q.Limit}, parseRateLimitPolicy(h.Values("RateLimit-Policy")...)).Window
-			}
-			if q.Limit >= 0 || q.Remaining >= 0 || hasReset {
-				qs = append(qs, q)
-			}
+			qs = append(qs, q)
 		}
-		return pick(qs, tighter)
+		return pick(qs)
 	}
 }
 
-// structuredQuota reads RateLimit, completed by the matching policy of
-// RateLimit-Policy; without RateLimit, the policy of the lowest rate.
+// structuredQuota reads RateLimit (draft-07 on).
 func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
-	pol := parseRateLimitPolicy(h.Values("RateLimit-Policy")...)
-	q, ok := pick(parseRateLimit(h.Values("RateLimit")...), tighter)
-	if !ok {
-		return pick(pol, slower)
-	}
-	if p := matchPolicy(q, pol); p.Limit >= 0 {
-		q.Window = p.Window
-		if q.Limit < 0 {
-			q.Limit = p.Limit
-		}
-	}
-	return q, true
+	return pick(parseRateLimit(h.Values("RateLimit")...))
 }
 
 // shopifyQuota reads the first valid X-Shopify-Shop-Api-Call-Limit:
@@ -213,86 +145,42 @@ func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
 		used, uok := parseCount(a)
 		limit, lok := parseCount(b)
 		if uok && lok {
-			return statedQuota{Limit: limit, Remaining: max(limit-used, 0)}, true
+			return statedQuota{Remaining: max(limit-used, 0)}, true
 		}
 	}
 	return statedQuota{}, false
 }
 
-// pick returns the least quota of qs by order, the first on a tie; false
-// for none.
-func pick(qs []statedQuota, order func(a, b statedQuota) int) (statedQuota, bool) {
+// pick returns the most restrictive of the quotas that state a remaining
+// count or a reset: the least remaining (unknown, -1, counts as plenty),
+// then the longest reset; the first on a tie; false for none.
+func pick(qs []statedQuota) (statedQuota, bool) {
+	qs = slices.DeleteFunc(qs, func(q statedQuota) bool { return q.Remaining < 0 && q.Reset <= 0 })
 	if len(qs) == 0 {
 		return statedQuota{}, false
 	}
-	return slices.MinFunc(qs, order), true
-}
-
-// tighter orders by less remaining (unknown, -1, counts as plenty), then
-// a longer reset.
-func tighter(a, b statedQuota) int {
-	return cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset))
-}
-
-// slower orders by a lower rate; policies with a window before those
-// without, which compare by limit.
-func slower(a, b statedQuota) int {
-	switch {
-	case (a.Window > 0) != (b.Window > 0):
-		return cmp.Compare(b.Window, a.Window)
-	case a.Window == 0:
-		return cmp.Compare(a.Limit, b.Limit)
-	}
-	return cmp.Compare(float64(a.Limit)*float64(b.Window), float64(b.Limit)*float64(a.Window))
-}
-
-// matchPolicy finds the policy that a RateLimit quota refers to: by name,
-// or for an unnamed one (draft-07) by its limit among the policies with a
-// window. Its Limit is -1 when none matches.
-func matchPolicy(q statedQuota, pol []statedQuota) statedQuota {
-	for _, p := range pol {
-		if q.Name != "" && p.Name == q.Name || q.Name == "" && q.Limit >= 0 && p.Limit == q.Limit && p.Window > 0 {
-			return p
-		}
-	}
-	return statedQuota{Limit: -1}
-}
-
-// parseRateLimitPolicy reads RateLimit-Policy lines: "burst";q=100;w=60
-// (draft-08; q= is required) or 100;w=60 (drafts 06 and 07).
-func parseRateLimitPolicy(lines ...string) []statedQuota {
-	var qs []statedQuota
-	for _, m := range sfMembers(lines) {
-		name, named := sfName(m.Value)
-		limit, counted := sfCount(m.Value)
-		if q, ok := sfCount(m.param("q")); ok && (named || counted) {
-			limit, counted = q, true
-		}
-		if m.key == "" && counted {
-			qs = append(qs, statedQuota{Name: name, Limit: limit, Remaining: -1, Window: m.window()})
-		}
-	}
-	return qs
+	return slices.MinFunc(qs, func(a, b statedQuota) int {
+		return cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset))
+	}), true
 }
 
 // parseRateLimit reads RateLimit lines: "default";r=50;t=30 (draft-08),
-// a quota per item with r= or t=, or limit=100, remaining=50, reset=30
-// (draft-07), one unnamed quota. Resets are delta-seconds.
+// a quota per named item with r= or t=, or limit=100, remaining=50,
+// reset=30 (draft-07), one quota. Resets are delta-seconds.
 func parseRateLimit(lines ...string) []statedQuota {
 	var qs []statedQuota
-	dict, inDict := statedQuota{Limit: -1, Remaining: -1}, false
+	dict, inDict := statedQuota{Remaining: -1}, false
 	for _, m := range sfMembers(lines) {
 		n, isNumber := sfCount(m.Value)
 		switch {
 		case m.key == "":
-			name, ok := sfName(m.Value)
+			_, isString := m.Value.(string)
+			_, isToken := m.Value.(httpsfv.Token) // a name, leniently
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
-			if ok && (hasR || hasT) {
-				qs = append(qs, statedQuota{Name: name, Limit: -1, Remaining: r, Reset: t})
+			if (isString || isToken) && (hasR || hasT) {
+				qs = append(qs, statedQuota{Remaining: r, Reset: t})
 			}
-		case m.key == "limit" && isNumber:
-			dict.Limit, inDict = n, true
 		case m.key == "remaining" && isNumber:
 			dict.Remaining, inDict = n, true
 		case m.key == "reset" && isNumber:
@@ -305,21 +193,16 @@ func parseRateLimit(lines ...string) []statedQuota {
 	return qs
 }
 
-// limitField reads a limit that may be followed by its policies, as in
-// "100, 100;w=60, 1000;w=3600" (drafts 00 to 05; Whoop writes window=): the
-// first count, and the window of the first member with that count. A
-// value that is no RFC 9651 List (over 15 digits, say) is read by minCount.
-func limitField(lines []string) (limit int64, window time.Duration) {
-	limit = -1
+// limitField reads a limit: the first count of an RFC 9651 List, as in
+// "100, 100;w=60, 1000;w=3600" (drafts 00 to 05; Whoop), else (no List:
+// over 15 digits, say) the least count.
+func limitField(lines []string) int64 {
 	for _, m := range sfMembers(lines) {
-		if n, ok := sfCount(m.Value); ok && m.key == "" && (limit < 0 || n == limit && window == 0) {
-			limit, window = n, m.window()
+		if n, ok := sfCount(m.Value); ok && m.key == "" {
+			return n
 		}
 	}
-	if limit < 0 {
-		limit = minCount(lines)
-	}
-	return limit, window
+	return minCount(lines)
 }
 
 // minCount reads the least count among the lines' comma-separated members,
@@ -532,24 +415,6 @@ func sfMembers(lines []string) []sfMember {
 func (m sfMember) param(k string) any {
 	v, _ := m.Params.Get(k)
 	return v
-}
-
-// window reads the member's w= (or window=) as seconds; 0 when absent.
-func (m sfMember) window() time.Duration {
-	w, ok := sfSeconds(m.param("w"))
-	if !ok {
-		w, _ = sfSeconds(m.param("window"))
-	}
-	return w
-}
-
-// sfName reads a String, or leniently a Token, as a policy's name.
-func sfName(v any) (string, bool) {
-	if t, ok := v.(httpsfv.Token); ok {
-		return string(t), true
-	}
-	s, ok := v.(string)
-	return s, ok
 }
 
 // sfNumber reads a non-negative Integer or Decimal; 0 and false for

@@ -214,27 +214,27 @@ func TestParseCount(t *testing.T) {
 
 func TestShopifyQuota(t *testing.T) {
 	for _, s := range []struct {
-		in               []string
-		limit, remaining int64
-		ok               bool
+		in        []string
+		remaining int64
+		ok        bool
 	}{
-		{[]string{"32/40"}, 40, 8, true},
-		{[]string{"40/40"}, 40, 0, true},
-		{[]string{" 1 / 80 "}, 80, 79, true},
-		{[]string{"0/0"}, 0, 0, true},
-		{[]string{"41/40"}, 40, 0, true},
-		{[]string{"a/b", "32/40"}, 40, 8, true}, // the first valid line
-		{[]string{""}, 0, 0, false},
-		{[]string{"32"}, 0, 0, false},
-		{[]string{"32/"}, 0, 0, false},
-		{[]string{"/40"}, 0, 0, false},
-		{[]string{"32/40/50"}, 0, 0, false},
-		{[]string{"-1/40"}, 0, 0, false},
-		{[]string{"a/b"}, 0, 0, false},
+		{[]string{"32/40"}, 8, true},
+		{[]string{"40/40"}, 0, true},
+		{[]string{" 1 / 80 "}, 79, true},
+		{[]string{"0/0"}, 0, true},
+		{[]string{"41/40"}, 0, true},
+		{[]string{"a/b", "32/40"}, 8, true}, // the first valid line
+		{[]string{""}, 0, false},
+		{[]string{"32"}, 0, false},
+		{[]string{"32/"}, 0, false},
+		{[]string{"/40"}, 0, false},
+		{[]string{"32/40/50"}, 0, false},
+		{[]string{"-1/40"}, 0, false},
+		{[]string{"a/b"}, 0, false},
 	} {
 		q, ok := shopifyQuota(http.Header{"X-Shopify-Shop-Api-Call-Limit": s.in}, testNow)
-		if q.Limit != s.limit || q.Remaining != s.remaining || ok != s.ok {
-			t.Errorf("shopifyQuota(%q) = %+v, %v; want limit %d, remaining %d, %v", s.in, q, ok, s.limit, s.remaining, s.ok)
+		if q.Remaining != s.remaining || ok != s.ok {
+			t.Errorf("shopifyQuota(%q) = %+v, %v; want remaining %d, %v", s.in, q, ok, s.remaining, s.ok)
 		}
 	}
 }
@@ -255,78 +255,33 @@ func checkQuotas(t *testing.T, name string, parse func(...string) []statedQuota,
 	}
 }
 
-// sq builds a statedQuota; limit and remaining -1 mean unknown.
-func sq(name string, limit, remaining int64, reset, window time.Duration) statedQuota {
-	return statedQuota{Name: name, Limit: limit, Remaining: remaining, Reset: reset, Window: window}
-}
-
-func TestParseRateLimitPolicy(t *testing.T) {
-	for _, s := range []quotaStep{
-		// draft-08 and later.
-		{[]string{`"default";q=100;w=10`}, []statedQuota{sq("default", 100, -1, 0, 10*time.Second)}},
-		{[]string{`"permin";q=50;w=60,"perhr";q=1000;w=3600`}, []statedQuota{
-			sq("permin", 50, -1, 0, time.Minute), sq("perhr", 1000, -1, 0, time.Hour)}},
-		{[]string{`"burst";q=100;w=60`, `"daily";q=1000;w=86400`}, []statedQuota{ // split over lines
-			sq("burst", 100, -1, 0, time.Minute), sq("daily", 1000, -1, 0, 24*time.Hour)}},
-		{[]string{`"peruser";q=100;w=60;pk=:cHsdsRa894==:`}, []statedQuota{sq("peruser", 100, -1, 0, time.Minute)}},
-		{[]string{`"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:`}, []statedQuota{sq("peruser", 65535, -1, 0, 10*time.Second)}},
-		{[]string{`"100-in-15min"; q=100; w=900; pk=:ZmFrZQ==:`}, []statedQuota{sq("100-in-15min", 100, -1, 0, 15*time.Minute)}},
-		{[]string{`"a,b";q=1;w=1, "c\"d";q=2`}, []statedQuota{sq("a,b", 1, -1, 0, time.Second), sq(`c"d`, 2, -1, 0, 0)}},
-		{[]string{`default;q=5;w=1`}, []statedQuota{sq("default", 5, -1, 0, time.Second)}}, // a token, leniently
-		{[]string{`"x";q=5;w=999999999999999`}, []statedQuota{sq("x", 5, -1, 0, MaxStatedDuration)}},
-		{[]string{`"x";q=999999999999999;w=1`}, []statedQuota{sq("x", 999999999999999, -1, 0, time.Second)}},
-		{[]string{`"x";q=10;w=1.5`}, []statedQuota{sq("x", 10, -1, 0, 1500*time.Millisecond)}},
-		// draft-06/07: the item is the quota.
-		{[]string{`100;w=60`}, []statedQuota{sq("", 100, -1, 0, time.Minute)}},
-		{[]string{`10;w=1, 50;w=60, 1000;w=3600`}, []statedQuota{
-			sq("", 10, -1, 0, time.Second), sq("", 50, -1, 0, time.Minute), sq("", 1000, -1, 0, time.Hour)}},
-		{[]string{`10;w=1;burst=1000;policy="leaky bucket"`}, []statedQuota{sq("", 10, -1, 0, time.Second)}},
-		// Malformed members are skipped, the others kept.
-		{[]string{`"nolimit";w=60, "ok";q=1`}, []statedQuota{sq("ok", 1, -1, 0, 0)}},
-		{[]string{`"neg";q=-1;w=60, "negw";q=3;w=-5`}, []statedQuota{sq("negw", 3, -1, 0, 0)}},
-		// RFC 9651 is strict: a malformed member hides its whole line, but
-		// not the other lines.
-		{[]string{`"unterminated;q=1, "ok";q=2`}, nil},
-		{[]string{`"bad\escape";q=1, "ok";q=2`}, nil},
-		{[]string{`"x";q=1 garbage, "ok";q=2`}, nil},
-		{[]string{`"bad\escape";q=1`, `"x";q=1 garbage`, `"ok";q=2`}, []statedQuota{sq("ok", 2, -1, 0, 0)}},
-		{[]string{`"x";Q=5;W=2`}, nil},                                                      // keys are lower-case
-		{[]string{`"x";q=5;w=99999999999999999999`}, nil},                                   // an Integer has at most 15 digits
-		{[]string{`"x";q=10;w=1.5000`}, nil},                                                // a Decimal at most 3 fractional digits
-		{[]string{`"x" ;q=5`}, nil},                                                         // no space before ';'
-		{[]string{"\"caf\xc3\xa9\";q=5", `"ok";q=2`}, []statedQuota{sq("ok", 2, -1, 0, 0)}}, // a String is ASCII
-		{[]string{`"x";q="1", (1 2);q=3, ?1;q=4, :AA==:;q=5, "ok";q=6`}, []statedQuota{sq("ok", 6, -1, 0, 0)}},
-		{[]string{`q=5`}, nil}, // a dictionary member is no policy
-		{[]string{``, `,,`, ` `}, nil},
-		{[]string{`"x";;q=1`}, nil},
-		{[]string{`"x";q=`}, nil},
-	} {
-		checkQuotas(t, "parseRateLimitPolicy", parseRateLimitPolicy, s)
-	}
+// sq builds a statedQuota; remaining -1 means unknown.
+func sq(remaining int64, reset time.Duration) statedQuota {
+	return statedQuota{Remaining: remaining, Reset: reset}
 }
 
 func TestParseRateLimit(t *testing.T) {
 	for _, s := range []quotaStep{
 		// draft-08 and later.
-		{[]string{`"default";r=50;t=30`}, []statedQuota{sq("default", -1, 50, 30*time.Second, 0)}},
-		{[]string{`"default";r=999;pk=:dHJpYWwxMjEzMjM=:`}, []statedQuota{sq("default", -1, 999, 0, 0)}},
-		{[]string{`"problemPolicy";r=0;t=10`}, []statedQuota{sq("problemPolicy", -1, 0, 10*time.Second, 0)}},
+		{[]string{`"default";r=50;t=30`}, []statedQuota{sq(50, 30*time.Second)}},
+		{[]string{`"default";r=999;pk=:dHJpYWwxMjEzMjM=:`}, []statedQuota{sq(999, 0)}},
+		{[]string{`"problemPolicy";r=0;t=10`}, []statedQuota{sq(0, 10*time.Second)}},
 		{[]string{`"a";r=5;t=1, "b";r=0;t=60`}, []statedQuota{
-			sq("a", -1, 5, time.Second, 0), sq("b", -1, 0, time.Minute, 0)}},
+			sq(5, time.Second), sq(0, time.Minute)}},
 		{[]string{`"a";r=5;t=1`, `"b";r=0;t=60`}, []statedQuota{
-			sq("a", -1, 5, time.Second, 0), sq("b", -1, 0, time.Minute, 0)}},
-		{[]string{`"100-in-15min"; r=25; t=30`}, []statedQuota{sq("100-in-15min", -1, 25, 30*time.Second, 0)}},
-		{[]string{`"x"; r=1; t=2`}, []statedQuota{sq("x", -1, 1, 2*time.Second, 0)}},
-		{[]string{`"x";t=5`}, []statedQuota{sq("x", -1, -1, 5*time.Second, 0)}},
-		{[]string{`"x";r=1;t=99999999999`}, []statedQuota{sq("x", -1, 1, MaxStatedDuration, 0)}},
-		{[]string{`"x";r=2.9;t=0.001`}, []statedQuota{sq("x", -1, 2, time.Millisecond, 0)}},
-		{[]string{`"x";r=-0;t=-0`}, []statedQuota{sq("x", -1, 0, 0, 0)}},
+			sq(5, time.Second), sq(0, time.Minute)}},
+		{[]string{`"100-in-15min"; r=25; t=30`}, []statedQuota{sq(25, 30*time.Second)}},
+		{[]string{`"x"; r=1; t=2`}, []statedQuota{sq(1, 2*time.Second)}},
+		{[]string{`"x";t=5`}, []statedQuota{sq(-1, 5*time.Second)}},
+		{[]string{`"x";r=1;t=99999999999`}, []statedQuota{sq(1, MaxStatedDuration)}},
+		{[]string{`"x";r=2.9;t=0.001`}, []statedQuota{sq(2, time.Millisecond)}},
+		{[]string{`"x";r=-0;t=-0`}, []statedQuota{sq(0, 0)}},
 		// draft-07: a dictionary.
-		{[]string{`limit=100, remaining=50, reset=5`}, []statedQuota{sq("", 100, 50, 5*time.Second, 0)}},
-		{[]string{`limit=10, remaining=0, reset=10`}, []statedQuota{sq("", 10, 0, 10*time.Second, 0)}},
-		{[]string{`limit=100`, `remaining=0`, `reset=7`}, []statedQuota{sq("", 100, 0, 7*time.Second, 0)}},
-		{[]string{`limit=100 , remaining=1`}, []statedQuota{sq("", 100, 1, 0, 0)}},
-		{[]string{`limit=100;foo=bar, other=3, remaining=-4, reset="5"`}, []statedQuota{sq("", 100, -1, 0, 0)}},
+		{[]string{`limit=100, remaining=50, reset=5`}, []statedQuota{sq(50, 5*time.Second)}},
+		{[]string{`limit=10, remaining=0, reset=10`}, []statedQuota{sq(0, 10*time.Second)}},
+		{[]string{`limit=100`, `remaining=0`, `reset=7`}, []statedQuota{sq(0, 7*time.Second)}},
+		{[]string{`limit=100 , remaining=1`}, []statedQuota{sq(1, 0)}},
+		{[]string{`limit=100;foo=bar, other=3, remaining=-4, reset="5"`}, nil},
 		// Malformed. RFC 9651 has no space around '=' nor before ';', no
 		// upper-case key, at most 15 digits in an Integer and 3 after a
 		// Decimal's dot: such a line is skipped whole.
@@ -354,17 +309,17 @@ func TestStructuredFieldMembersAreBounded(t *testing.T) {
 		if i > 0 {
 			line += ","
 		}
-		line += `"p` + strconv.Itoa(i) + `";q=` + strconv.Itoa(i+1)
+		line += `"p` + strconv.Itoa(i) + `";r=` + strconv.Itoa(i+1)
 	}
-	if got := parseRateLimitPolicy(line); len(got) != sfMaxMembers {
-		t.Fatalf("read %d policies, want %d", len(got), sfMaxMembers)
+	if got := parseRateLimit(line); len(got) != sfMaxMembers {
+		t.Fatalf("read %d quotas, want %d", len(got), sfMaxMembers)
 	}
 	var lines []string
 	for i := range 200 {
-		lines = append(lines, `"p`+strconv.Itoa(i)+`";q=1`)
+		lines = append(lines, `"p`+strconv.Itoa(i)+`";r=1`)
 	}
-	if got := parseRateLimitPolicy(lines...); len(got) != sfMaxMembers {
-		t.Fatalf("read %d policies from %d lines, want %d", len(got), len(lines), sfMaxMembers)
+	if got := parseRateLimit(lines...); len(got) != sfMaxMembers {
+		t.Fatalf("read %d quotas from %d lines, want %d", len(got), len(lines), sfMaxMembers)
 	}
 }
 
@@ -385,9 +340,9 @@ type feedbackStep struct {
 	want   Feedback
 }
 
-// fb builds a Feedback; limit and remaining -1 mean unknown.
-func fb(source string, limit, remaining int64, reset, window time.Duration) Feedback {
-	return Feedback{Source: source, Limit: limit, Remaining: remaining, Reset: reset, Window: window}
+// fb builds a Feedback; remaining -1 means unknown.
+func fb(remaining int64, reset time.Duration) Feedback {
+	return Feedback{Remaining: remaining, Reset: reset}
 }
 
 func (f Feedback) limited() Feedback { f.Limited = true; return f }
@@ -403,148 +358,138 @@ func checkFeedback(t *testing.T, s feedbackStep) {
 }
 
 func TestParseFeedbackFamilies(t *testing.T) {
-	none := fb(SourceNone, -1, -1, 0, 0)
+	none := fb(-1, 0)
 	for _, s := range []feedbackStep{
 		{"nothing", 200, nil, none},
 		{"plain 429", 429, hdr(), none.limited()},
 		{"plain 503", 503, hdr(), none},
 		{"plain 403", 403, hdr(), none},
 		{"429 Retry-After", 429, hdr("Retry-After", "30"),
-			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(30 * time.Second)},
+			fb(-1, 0).limited().retry(30 * time.Second)},
 		{"503 Retry-After date", 503, hdr("Retry-After", httpDate(2*time.Minute)),
-			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(2*time.Minute - 250*time.Millisecond)},
+			fb(-1, 0).limited().retry(2*time.Minute - 250*time.Millisecond)},
 		{"503 Retry-After past date", 503, hdr("Retry-After", httpDate(-2*time.Minute)),
-			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(0)},
+			fb(-1, 0).limited().retry(0)},
 		{"503 malformed Retry-After", 503, hdr("Retry-After", "later"), none},
-		{"200 Retry-After", 200, hdr("Retry-After", "5"), fb(SourceRetryAfter, -1, -1, 0, 0).retry(5 * time.Second)},
+		{"200 Retry-After", 200, hdr("Retry-After", "5"), fb(-1, 0).retry(5 * time.Second)},
 		{"Retry-After repeated", 429, hdr("Retry-After", "5", "Retry-After", "9", "Retry-After", "x"),
-			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(9 * time.Second)},
+			fb(-1, 0).limited().retry(9 * time.Second)},
 		{"Retry-After folded", 429, hdr("Retry-After", "5, 7"),
-			fb(SourceRetryAfter, -1, -1, 0, 0).limited().retry(7 * time.Second)},
+			fb(-1, 0).limited().retry(7 * time.Second)},
 
 		// The structured fields, draft-08 and later.
 		{"RateLimit with policy", 200, hdr(
 			"RateLimit-Policy", `"default";q=100;w=60`,
 			"RateLimit", `"default";r=50;t=30`),
-			fb(SourceRateLimit, 100, 50, 30*time.Second, time.Minute)},
+			fb(50, 30*time.Second)},
 		{"RateLimit exhausted", 200, hdr(
 			"RateLimit-Policy", `"default";q=100;w=60`,
 			"RateLimit", `"default";r=0;t=30`),
-			fb(SourceRateLimit, 100, 0, 30*time.Second, time.Minute)},
+			fb(0, 30*time.Second)},
 		{"RateLimit without policy", 200, hdr("RateLimit", `"default";r=1;t=7`),
-			fb(SourceRateLimit, -1, 1, 7*time.Second, 0)},
+			fb(1, 7*time.Second)},
 		{"RateLimit: least remaining wins", 200, hdr(
 			"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`,
 			"RateLimit", `"burst";r=90;t=30, "daily";r=3;t=40000`),
-			fb(SourceRateLimit, 1000, 3, 40000*time.Second, 24*time.Hour)},
+			fb(3, 40000*time.Second)},
 		{"RateLimit: exhausted, longest reset wins", 200, hdr(
 			"RateLimit-Policy", `"burst";q=100;w=60`, "RateLimit-Policy", `"daily";q=1000;w=86400`,
 			"RateLimit", `"burst";r=0;t=30`, "RateLimit", `"daily";r=0;t=40000`),
-			fb(SourceRateLimit, 1000, 0, 40000*time.Second, 24*time.Hour)},
-		{"RateLimit: unmatched name", 200, hdr(
-			"RateLimit-Policy", `"other";q=100;w=60`,
-			"RateLimit", `"default";r=5;t=3`),
-			fb(SourceRateLimit, -1, 5, 3*time.Second, 0)},
-		{"RateLimit-Policy alone: lowest rate", 200, hdr(
-			"RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400, "nowindow";q=1`),
-			fb(SourceRateLimit, 1000, -1, 0, 24*time.Hour)},
-		{"RateLimit-Policy alone: no windows", 200, hdr("RateLimit-Policy", `"a";q=7, "b";q=3`),
-			fb(SourceRateLimit, 3, -1, 0, 0)},
+			fb(0, 40000*time.Second)},
 		{"RateLimit on 429 with Retry-After", 429, hdr(
 			"RateLimit", `"default";r=0;t=30`, "Retry-After", "45"),
-			fb(SourceRateLimit, -1, 0, 30*time.Second, 0).limited().retry(45 * time.Second)},
+			fb(0, 30*time.Second).limited().retry(45 * time.Second)},
 
 		// The structured fields, draft-07.
 		{"draft-07", 200, hdr("RateLimit", "limit=100, remaining=50, reset=5", "RateLimit-Policy", "100;w=10"),
-			fb(SourceRateLimit, 100, 50, 5*time.Second, 10*time.Second)},
+			fb(50, 5*time.Second)},
 		{"draft-07 several policies", 200, hdr(
 			"RateLimit", "limit=50, remaining=0, reset=20", "RateLimit-Policy", "10;w=1, 50;w=60, 1000;w=3600"),
-			fb(SourceRateLimit, 50, 0, 20*time.Second, time.Minute)},
+			fb(0, 20*time.Second)},
 
 		// The legacy fields, drafts 00 to 06.
 		{"legacy", 200, hdr("RateLimit-Limit", "100", "RateLimit-Remaining", "99", "RateLimit-Reset", "50"),
-			fb(SourceRateLimitLegacy, 100, 99, 50*time.Second, 0)},
+			fb(99, 50*time.Second)},
 		{"legacy with policies", 200, hdr(
 			"RateLimit-Limit", "10, 10;w=1, 50;w=60", "RateLimit-Remaining", "1", "RateLimit-Reset", "1"),
-			fb(SourceRateLimitLegacy, 10, 1, time.Second, time.Second)},
-		{"legacy with RateLimit-Policy", 200, hdr(
-			"RateLimit-Limit", "100", "RateLimit-Remaining", "0", "RateLimit-Reset", "50", "RateLimit-Policy", "100;w=60"),
-			fb(SourceRateLimitLegacy, 100, 0, 50*time.Second, time.Minute)},
+			fb(1, time.Second)},
 		{"GitLab: epoch reset", 429, hdr(
 			"RateLimit-Limit", "60", "RateLimit-Remaining", "0", "RateLimit-Reset", epoch(40*time.Second),
 			"RateLimit-ResetTime", httpDate(40*time.Second), "Retry-After", "40"),
-			fb(SourceRateLimitLegacy, 60, 0, 39750*time.Millisecond, 0).limited().retry(40 * time.Second)},
+			fb(0, 39750*time.Millisecond).limited().retry(40 * time.Second)},
 		{"GitLab: reset time only", 200, hdr(
 			"RateLimit-Remaining", "0", "RateLimit-ResetTime", httpDate(40*time.Second)),
-			fb(SourceRateLimitLegacy, -1, 0, 39750*time.Millisecond, 0)},
+			fb(0, 39750*time.Millisecond)},
 
 		// OpenAI and Anthropic.
 		{"OpenAI", 200, hdr(
 			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
 			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6m0s"),
-			fb(SourceOpenAI, 60, 59, time.Second, 0)},
+			fb(59, time.Second)},
 		{"OpenAI tokens exhausted", 429, hdr(
 			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "59", "x-ratelimit-reset-requests", "1s",
 			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "6m0s"),
-			fb(SourceOpenAI, 150000, 0, 6*time.Minute, 0).limited()},
-		{"OpenAI partial", 200, hdr("x-ratelimit-remaining-requests", "3"), fb(SourceOpenAI, -1, 3, 0, 0)},
+			fb(0, 6*time.Minute).limited()},
+		{"OpenAI partial", 200, hdr("x-ratelimit-remaining-requests", "3"), fb(3, 0)},
 		{"Anthropic", 429, hdr(
 			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "0",
 			"anthropic-ratelimit-requests-reset", "2025-06-01T12:00:30Z",
 			"anthropic-ratelimit-tokens-limit", "40000", "anthropic-ratelimit-tokens-remaining", "3000",
 			"anthropic-ratelimit-tokens-reset", "2025-06-01T12:01:00Z", "retry-after", "30"),
-			fb(SourceAnthropic, 50, 0, 29750*time.Millisecond, 0).limited().retry(30 * time.Second)},
+			fb(0, 29750*time.Millisecond).limited().retry(30 * time.Second)},
 		{"Anthropic input tokens", 200, hdr(
 			"anthropic-ratelimit-input-tokens-limit", "1000", "anthropic-ratelimit-input-tokens-remaining", "0",
 			"anthropic-ratelimit-input-tokens-reset", "2025-06-01T12:00:05Z"),
-			fb(SourceAnthropic, 1000, 0, 4750*time.Millisecond, 0)},
+			fb(0, 4750*time.Millisecond)},
 
 		// X-RateLimit-*.
 		{"GitHub", 200, hdr(
 			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4999", "X-RateLimit-Used", "1",
 			"X-RateLimit-Reset", epoch(time.Hour), "X-RateLimit-Resource", "core"),
-			fb(SourceXRateLimit, 5000, 4999, time.Hour-250*time.Millisecond, 0)},
+			fb(4999, time.Hour-250*time.Millisecond)},
 		{"GitHub primary limit: 403", 403, hdr(
 			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(10*time.Minute)),
-			fb(SourceXRateLimit, 5000, 0, 10*time.Minute-250*time.Millisecond, 0).limited()},
+			fb(0, 10*time.Minute-250*time.Millisecond).limited()},
 		{"GitHub secondary limit: 403 Retry-After", 403, hdr(
 			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4000", "X-RateLimit-Reset", epoch(10*time.Minute),
 			"Retry-After", "60"),
-			fb(SourceXRateLimit, 5000, 4000, 10*time.Minute-250*time.Millisecond, 0).limited().retry(time.Minute)},
+			fb(4000, 10*time.Minute-250*time.Millisecond).limited().retry(time.Minute)},
 		{"403 that is no rate limit", 403, hdr("X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4000"),
-			fb(SourceXRateLimit, 5000, 4000, 0, 0)},
+			fb(4000, 0)},
 		{"GitHub: used without remaining", 200, hdr("X-RateLimit-Limit", "60", "X-RateLimit-Used", "61"),
-			fb(SourceXRateLimit, 60, 0, 0, 0)},
+			fb(0, 0)},
+		{"GitHub: used, limit with policies", 200, hdr("X-RateLimit-Limit", "100, 100;w=60, 50;w=1", "X-RateLimit-Used", "30"),
+			fb(70, 0)}, // the first count is the limit
 		{"Discord: Reset-After preferred", 429, hdr(
 			"X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "0",
 			"X-RateLimit-Reset", strconv.FormatInt(testNow.Unix()+100, 10)+".123",
 			"X-RateLimit-Reset-After", "1.337", "X-RateLimit-Bucket", "abcd1234", "Retry-After", "2"),
-			fb(SourceXRateLimit, 5, 0, 1337*time.Millisecond, 0).limited().retry(2 * time.Second)},
+			fb(0, 1337*time.Millisecond).limited().retry(2 * time.Second)},
 		{"Discord: epoch with millis", 200, hdr(
 			"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(testNow.Unix()+1, 10)+".123"),
-			fb(SourceXRateLimit, -1, 0, 873*time.Millisecond, 0)},
+			fb(0, 873*time.Millisecond)},
 		{"parameters ignored", 200, hdr("X-RateLimit-Remaining", "5;comment=x", "X-RateLimit-Reset", "12;w=60"),
-			fb(SourceXRateLimit, -1, 5, 12*time.Second, 0)},
+			fb(5, 12*time.Second)},
 		{"delta reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "12"),
-			fb(SourceXRateLimit, -1, 0, 12*time.Second, 0)},
+			fb(0, 12*time.Second)},
 		{"epoch millis reset", 200, hdr("X-RateLimit-Remaining", "0",
 			"X-RateLimit-Reset", strconv.FormatInt(testNow.Add(1500*time.Millisecond).UnixMilli(), 10)),
-			fb(SourceXRateLimit, -1, 0, 1500*time.Millisecond, 0)},
+			fb(0, 1500*time.Millisecond)},
 		{"epoch in the past", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Hour)),
-			fb(SourceXRateLimit, -1, 0, 0, 0)},
+			fb(0, 0)},
 		{"Whoop: windows in the limit", 200, hdr(
 			"X-RateLimit-Limit", "100, 100;window=60, 10000;window=86400", "X-RateLimit-Remaining", "98",
 			"X-RateLimit-Reset", "3"),
-			fb(SourceXRateLimit, 100, 98, 3*time.Second, time.Minute)},
+			fb(98, 3*time.Second)},
 		{"Twitter: X-Rate-Limit", 429, hdr(
 			"x-rate-limit-limit", "900", "x-rate-limit-remaining", "0", "x-rate-limit-reset", epoch(15*time.Minute)),
-			fb(SourceXRateLimit, 900, 0, 15*time.Minute-250*time.Millisecond, 0).limited()},
+			fb(0, 15*time.Minute-250*time.Millisecond).limited()},
 
 		// Shopify.
-		{"Shopify", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "32/40"), fb(SourceShopify, 40, 8, 0, 0)},
+		{"Shopify", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "32/40"), fb(8, 0)},
 		{"Shopify 429", 429, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"),
-			fb(SourceShopify, 40, 0, 0, 0).limited().retry(2 * time.Second)},
-		{"Shopify overfull", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "41/40"), fb(SourceShopify, 40, 0, 0, 0)},
+			fb(0, 0).limited().retry(2 * time.Second)},
+		{"Shopify overfull", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "41/40"), fb(0, 0)},
 		{"Shopify garbage", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "lots"), none},
 	} {
 		checkFeedback(t, s)
@@ -566,31 +511,31 @@ func TestParseFeedbackPrecedence(t *testing.T) {
 		return hdr(kv...)
 	}
 	for _, s := range []feedbackStep{
-		{"all", 200, join(shopify, x, anthropic, openai, legacy, structured), fb(SourceRateLimit, 10, 1, 10*time.Second, time.Minute)},
-		{"no structured", 200, join(shopify, x, anthropic, openai, legacy), fb(SourceRateLimitLegacy, 20, 2, 20*time.Second, 0)},
-		{"no legacy", 200, join(shopify, x, anthropic, openai), fb(SourceOpenAI, 30, 3, 30*time.Second, 0)},
-		{"no OpenAI", 200, join(shopify, x, anthropic), fb(SourceAnthropic, 35, 35, 0, 0)},
-		{"no Anthropic", 200, join(shopify, x), fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
-		{"Shopify last", 200, join(shopify), fb(SourceShopify, 50, 5, 0, 0)},
-		// A family that states only a limit or a window yields to one
-		// that states what is left.
+		{"all", 200, join(shopify, x, anthropic, openai, legacy, structured), fb(1, 10*time.Second)},
+		{"no structured", 200, join(shopify, x, anthropic, openai, legacy), fb(2, 20*time.Second)},
+		{"no legacy", 200, join(shopify, x, anthropic, openai), fb(3, 30*time.Second)},
+		{"no OpenAI", 200, join(shopify, x, anthropic), fb(35, 0)},
+		{"no Anthropic", 200, join(shopify, x), fb(4, 40*time.Second)},
+		{"Shopify last", 200, join(shopify), fb(5, 0)},
+		// A family that states only a limit or a policy states nothing of
+		// what is left: the next one counts.
 		{"policy alone yields", 200, join([]string{"RateLimit-Policy", `"default";q=10;w=60`}, x),
-			fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
-		{"limit alone yields", 200, join([]string{"RateLimit-Limit", "20"}, shopify), fb(SourceShopify, 50, 5, 0, 0)},
-		{"limits alone: the first", 200, join([]string{"RateLimit-Limit", "20"}, []string{"X-RateLimit-Limit", "40"}),
-			fb(SourceRateLimitLegacy, 20, -1, 0, 0)},
+			fb(4, 40*time.Second)},
+		{"limit alone yields", 200, join([]string{"RateLimit-Limit", "20"}, shopify), fb(5, 0)},
+		{"limits alone: nothing known", 200, join([]string{"RateLimit-Limit", "20"}, []string{"X-RateLimit-Limit", "40"}),
+			fb(-1, 0)},
 		// A malformed family is skipped as a whole.
 		{"malformed structured", 200, join([]string{"RateLimit", `"default";r=x;t=y`}, x),
-			fb(SourceXRateLimit, 40, 4, 40*time.Second, 0)},
+			fb(4, 40*time.Second)},
 		// Families are never mixed: the chosen one's unknowns stay unknown.
-		{"no mixing", 200, join([]string{"RateLimit", `"default";r=1`}, x), fb(SourceRateLimit, -1, 1, 0, 0)},
+		{"no mixing", 200, join([]string{"RateLimit", `"default";r=1`}, x), fb(1, 0)},
 	} {
 		checkFeedback(t, s)
 	}
 }
 
 func TestParseFeedbackHeaderNames(t *testing.T) {
-	want := fb(SourceXRateLimit, 10, 0, 5*time.Second, 0).limited().retry(7 * time.Second)
+	want := fb(0, 5*time.Second).limited().retry(7 * time.Second)
 	for _, h := range []http.Header{
 		hdr("X-Ratelimit-Limit", "10", "X-Ratelimit-Remaining", "0", "X-Ratelimit-Reset", "5", "Retry-After", "7"),
 		hdr("x-ratelimit-limit", "10", "x-ratelimit-remaining", "0", "x-ratelimit-reset", "5", "retry-after", "7"),
@@ -609,7 +554,7 @@ func TestParseFeedbackHeaderNames(t *testing.T) {
 }
 
 func TestParseFeedbackMalformed(t *testing.T) {
-	none := fb(SourceNone, -1, -1, 0, 0)
+	none := fb(-1, 0)
 	for _, v := range []string{"", " ", "-1", "-0.5", "abc", "NaN", "+Inf", "1e9", "0x1F", "１", "\x00", "\"5\"", "5 5", ";", ","} {
 		checkFeedback(t, feedbackStep{"malformed " + strconv.Quote(v), 200, hdr(
 			"X-RateLimit-Limit", v, "X-RateLimit-Remaining", v, "X-RateLimit-Reset", v,
@@ -622,76 +567,46 @@ func TestParseFeedbackMalformed(t *testing.T) {
 	huge := "99999999999999999999999999999999999999"
 	checkFeedback(t, feedbackStep{"huge", 429, hdr(
 		"X-RateLimit-Limit", huge, "X-RateLimit-Remaining", huge, "X-RateLimit-Reset", huge, "Retry-After", huge),
-		fb(SourceXRateLimit, math.MaxInt64, math.MaxInt64, MaxStatedDuration, 0).limited().retry(MaxStatedDuration)})
+		fb(math.MaxInt64, MaxStatedDuration).limited().retry(MaxStatedDuration)})
 	// A malformed value next to a good one in the same field is skipped.
 	checkFeedback(t, feedbackStep{"mixed lines", 200, hdr(
 		"X-RateLimit-Remaining", "x", "X-RateLimit-Remaining", "4", "X-RateLimit-Reset", "-3", "X-RateLimit-Reset", "9"),
-		fb(SourceXRateLimit, -1, 4, 9*time.Second, 0)})
+		fb(4, 9*time.Second)})
 }
 
-type pauseStep struct {
-	name    string
-	f       Feedback
-	backoff time.Duration
-	max     time.Duration
-	want    time.Duration
-}
-
-func checkPause(t *testing.T, s pauseStep) {
-	t.Helper()
-	if got := s.f.PauseFor(s.backoff, s.max); got != s.want {
-		t.Errorf("%s: %+v.PauseFor(%v, %v) = %v, want %v", s.name, s.f, s.backoff, s.max, got, s.want)
-	}
-}
-
-func TestPauseFor(t *testing.T) {
-	const backoff, maxPause = time.Second, 10 * time.Minute
-	none := fb(SourceNone, -1, -1, 0, 0)
-	exhausted := fb(SourceXRateLimit, 10, 0, 30*time.Second, 0)
-	for _, s := range []pauseStep{
-		{"OK", none, backoff, maxPause, 0},
-		{"limited, nothing said", none.limited(), backoff, maxPause, backoff},
-		{"limited, Retry-After", none.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
-		{"Retry-After over Reset", exhausted.limited().retry(5 * time.Second), backoff, maxPause, 5 * time.Second},
-		{"limited, Reset", exhausted.limited(), backoff, maxPause, 30 * time.Second},
-		{"limited, Retry-After 0, Reset", exhausted.limited().retry(0), backoff, maxPause, 30 * time.Second},
-		{"limited, Retry-After 0", none.limited().retry(0), backoff, maxPause, backoff},
-		{"limited, quota left", fb(SourceXRateLimit, 10, 3, 30*time.Second, 0).limited(), backoff, maxPause, backoff},
-		{"limited, exhausted without reset", fb(SourceXRateLimit, 10, 0, 0, 0).limited(), backoff, maxPause, backoff},
-		{"OK, exhausted", exhausted, backoff, maxPause, 30 * time.Second},
-		{"OK, exhausted without reset", fb(SourceXRateLimit, 10, 0, 0, 0), backoff, maxPause, 0},
-		{"OK, quota left", fb(SourceXRateLimit, 10, 1, 30*time.Second, 0), backoff, maxPause, 0},
-		{"OK, Retry-After ignored", none.retry(time.Minute), backoff, maxPause, 0},
-		{"capped", none.limited().retry(time.Hour), backoff, maxPause, maxPause},
-		{"capped reset", fb(SourceXRateLimit, 10, 0, time.Hour, 0), backoff, maxPause, maxPause},
-		{"capped backoff", none.limited(), time.Hour, maxPause, maxPause},
-		{"no cap", none.limited().retry(time.Hour), backoff, 0, time.Hour},
-		{"negative cap", none.limited().retry(time.Hour), backoff, -time.Second, time.Hour},
-		{"cap above the maximum", none.limited().retry(MaxStatedDuration), backoff, math.MaxInt64, MaxStatedDuration},
-		{"rounded up", none.limited().retry(1500*time.Microsecond + 1), backoff, maxPause, 2 * time.Millisecond},
-		{"rounded up reset", fb(SourceXRateLimit, 10, 0, time.Nanosecond, 0), backoff, maxPause, time.Millisecond},
-		{"rounded up backoff", none.limited(), time.Nanosecond, maxPause, time.Millisecond},
-		{"cap not a multiple", none.limited().retry(time.Hour), backoff, 1500 * time.Microsecond, 1500 * time.Microsecond},
-		{"negative backoff", none.limited(), -time.Second, maxPause, 0},
-		{"absurd Retry-After", none.limited().retry(math.MaxInt64), backoff, maxPause, maxPause},
-		{"absurd Retry-After, no cap", none.limited().retry(math.MaxInt64), backoff, 0, MaxStatedDuration},
-		{"negative Retry-After", none.limited().retry(math.MinInt64), backoff, maxPause, backoff},
-		{"negative reset", fb(SourceXRateLimit, 10, 0, -time.Second, 0), backoff, maxPause, 0},
-		{"absurd reset", fb(SourceXRateLimit, 10, 0, math.MaxInt64, 0).limited(), backoff, maxPause, maxPause},
-	} {
-		checkPause(t, s)
-	}
-}
-
-// TestPauseForFromHeaders runs whole responses through both steps, as
-// Transport does.
-func TestPauseForFromHeaders(t *testing.T) {
+// TestPauseOf runs whole responses through ParseFeedback and the pause
+// rule, as Transport does (DefaultBackoff 1s, DefaultMaxPause 10m).
+func TestPauseOf(t *testing.T) {
+	exhausted := []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "30"}
+	with := func(kv ...string) http.Header { return hdr(append(kv, exhausted...)...) }
 	for _, s := range []struct {
 		name   string
 		status int
 		h      http.Header
 		want   time.Duration
 	}{
+		{"OK", 200, hdr(), 0},
+		{"limited, nothing said", 429, hdr(), time.Second},
+		{"limited, Retry-After", 429, hdr("Retry-After", "5"), 5 * time.Second},
+		{"Retry-After over Reset", 429, with("Retry-After", "5"), 5 * time.Second},
+		{"limited, Reset", 429, with(), 30 * time.Second},
+		{"limited, Retry-After 0, Reset", 429, with("Retry-After", "0"), 30 * time.Second},
+		{"limited, Retry-After 0", 429, hdr("Retry-After", "0"), time.Second},
+		{"limited, date past", 429, hdr("Retry-After", httpDate(-time.Minute)), time.Second},
+		{"limited, quota left", 429, hdr("X-RateLimit-Remaining", "3", "X-RateLimit-Reset", "30"), time.Second},
+		{"limited, exhausted without reset", 429, hdr("X-RateLimit-Remaining", "0"), time.Second},
+		{"limited, malformed Retry-After", 429, hdr("Retry-After", "-5"), time.Second},
+		{"limited, huge Retry-After", 429, hdr("Retry-After", "1e99999"), time.Second},
+		{"OK, exhausted", 200, with(), 30 * time.Second},
+		{"OK, exhausted without reset", 200, hdr("X-RateLimit-Remaining", "0"), 0},
+		{"OK, exhausted, past reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(-time.Hour)), 0},
+		{"OK, quota left", 200, hdr("X-RateLimit-Remaining", "1", "X-RateLimit-Reset", "30"), 0},
+		{"OK, Retry-After ignored", 200, hdr("Retry-After", "60"), 0},
+		{"capped", 429, hdr("Retry-After", "3600"), 10 * time.Minute},
+		{"capped reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "3600"), 10 * time.Minute},
+		{"absurd Retry-After", 429, hdr("Retry-After", "99999999999999999999999"), 10 * time.Minute},
+		{"absurd reset", 429, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999"), 10 * time.Minute},
+		{"rounded up reset", 200, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "0.0001"), time.Millisecond},
 		{"Shopify 429", 429, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40", "Retry-After", "2.0"), 2 * time.Second},
 		{"GitHub primary", 403, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(90*time.Second)), 89750 * time.Millisecond},
 		{"GitHub secondary", 403, hdr("X-RateLimit-Remaining", "10", "Retry-After", "60"), time.Minute},
@@ -699,16 +614,14 @@ func TestPauseForFromHeaders(t *testing.T) {
 		{"Discord 429", 429, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Reset-After", "0.0625"), 63 * time.Millisecond},
 		{"OpenAI 429", 429, hdr("X-Ratelimit-Remaining-Requests", "0", "X-Ratelimit-Reset-Requests", "20ms"), 20 * time.Millisecond},
 		{"structured 429", 429, hdr("RateLimit", `"default";r=0;t=30`), 30 * time.Second},
-		{"503 without Retry-After", 503, hdr(), 0},
+		{"503 says nothing", 503, hdr(), time.Second},
+		{"503 Retry-After 0", 503, hdr("Retry-After", "0"), time.Second},
 		{"503 with Retry-After", 503, hdr("Retry-After", "120"), 2 * time.Minute},
-		{"429 date past", 429, hdr("Retry-After", httpDate(-time.Minute)), time.Second},
-		{"429 huge", 429, hdr("Retry-After", "1e99999"), time.Second},
-		{"429 absurd", 429, hdr("Retry-After", "99999999999999999999999"), 10 * time.Minute},
+		{"503, exhausted", 503, with(), 30 * time.Second},
 		{"500", 500, hdr(), 0},
 	} {
-		got := ParseFeedback(s.status, s.h, testNow).PauseFor(time.Second, 10*time.Minute)
-		if got != s.want {
-			t.Errorf("%s: pause %v, want %v", s.name, got, s.want)
+		if got := pauseAt(s.status, s.h, testNow); got != s.want {
+			t.Errorf("%s: pauseAt(%d, %v) = %v, want %v", s.name, s.status, s.h, got, s.want)
 		}
 	}
 }
@@ -730,7 +643,7 @@ func BenchmarkParseFeedback(b *testing.B) {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				ParseFeedback(http.StatusOK, s.h, testNow).PauseFor(time.Second, time.Minute)
+				pauseAt(http.StatusOK, s.h, testNow)
 			}
 		})
 	}

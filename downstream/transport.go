@@ -28,8 +28,7 @@ const (
 // Transport is an http.RoundTripper that paces requests through a shared
 // throttle: before each request it waits for the key's next slot
 // (fleet-wide), and after each response it pauses the whole fleet on that
-// key for as long as ParseFeedback and PauseFor say (a 503 that says
-// nothing pauses for DefaultBackoff), stepping its pace down.
+// key for as long as PauseOf says, stepping its pace down.
 //
 // A request whose slot is further away than the Limit's MaxWait fails with
 // an error wrapping *throttle.TooFarError (errors.As finds it through
@@ -170,13 +169,27 @@ func codeLabel(status int) string {
 	return strconv.Itoa(status/100) + "xx"
 }
 
-// PauseOf is how long the Transport pauses the fleet after resp: what
-// ParseFeedback and PauseFor read in it, or DefaultBackoff for a 503 that
-// says nothing (never retried in a hot loop); 0 for none.
+// PauseOf is how long the Transport pauses the fleet after resp, from what
+// ParseFeedback reads in it: for a response refused for its rate
+// (Limited), RetryAfter when above 0 (0 would retry in a hot loop), else
+// Reset when Remaining is 0, else DefaultBackoff; for any other, Reset
+// when Remaining is 0 (the next call would be refused), DefaultBackoff for
+// a 503, else 0. At most DefaultMaxPause.
 func PauseOf(resp *http.Response) time.Duration {
-	d := ParseFeedback(resp.StatusCode, resp.Header, time.Now()).PauseFor(DefaultBackoff, DefaultMaxPause)
-	if d <= 0 && resp.StatusCode == http.StatusServiceUnavailable {
-		return DefaultBackoff
+	return pauseAt(resp.StatusCode, resp.Header, time.Now())
+}
+
+// pauseAt is PauseOf at time now.
+func pauseAt(status int, h http.Header, now time.Time) time.Duration {
+	f := ParseFeedback(status, h, now)
+	var d time.Duration
+	switch {
+	case f.Limited && f.RetryAfter > 0:
+		d = f.RetryAfter
+	case f.Remaining == 0 && f.Reset > 0:
+		d = f.Reset
+	case f.Limited || status == http.StatusServiceUnavailable:
+		d = DefaultBackoff
 	}
-	return d
+	return min(d, DefaultMaxPause)
 }
