@@ -1,0 +1,126 @@
+package queue
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// TestWorkerUnknownDownstream: a job that names a downstream the worker
+// does not know is archived at once, spending no retry, with a reason that
+// names the downstream; the other jobs run.
+func TestWorkerUnknownDownstream(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "nope", MaxRetry: 5}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 10
+		for range n {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: "b", Type: "call", Downstream: "api"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the known jobs to run and the unknown one to fail", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return rec.count() > n || rec.count() == n && err == nil && info.Archived+info.Retry > 0
+		})
+		rec.mu.Lock()
+		for _, j := range rec.order {
+			if j.Downstream != "api" {
+				t.Errorf("the handler ran a job of downstream %q", j.Downstream)
+			}
+		}
+		rec.mu.Unlock()
+		tasks, err := ins.ListArchivedTasks(srv.cfg.Queue)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("archived: %d, %v", len(tasks), err)
+		}
+		if tasks[0].Retried != 0 || !strings.Contains(tasks[0].LastErr, `unknown downstream "nope"`) {
+			t.Fatalf("archived after %d retries with %q; want at once, naming the downstream", tasks[0].Retried, tasks[0].LastErr)
+		}
+	})
+}
+
+// TestWorkerLeaseBusyPutsBack: a job whose downstream's every concurrency
+// lease stays held for its whole wait goes back to the waiting room, its
+// tenant asleep with a "lease:" reason, spending no retry; it runs once the
+// lease is given back.
+func TestWorkerLeaseBusyPutsBack(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		conc := throttle.Concurrency{Max: 1, Lease: time.Hour}
+		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: 50 * time.Millisecond}, Concurrency: &conc}
+		lease, err := th.Acquire(context.Background(), "api", conc) // the key the job's throttle uses
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Retention: time.Hour,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		var asleep []Sleeper
+		waitFor(t, 30*time.Second, "the job put back, or failed", func() bool {
+			asleep, _ = p.Sleepers(context.Background(), 10)
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return len(asleep) > 0 || err == nil && info.Retry+info.Archived > 0
+		})
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 0 || info.Archived != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want nothing retried or archived", info, err)
+		}
+		if len(asleep) != 1 || asleep[0].Tenant != "a" || !strings.HasPrefix(asleep[0].Why, "lease: every concurrency slot of downstream api") {
+			t.Fatalf("sleepers %+v; want tenant a held by the lease", asleep)
+		}
+		waitFor(t, 30*time.Second, "the put-back task completed with its reason", func() bool {
+			tasks, err := ins.ListCompletedTasks(srv.cfg.Queue)
+			return err == nil && len(tasks) > 0 && strings.HasPrefix(string(tasks[0].Result), "lease: ") &&
+				strings.HasSuffix(string(tasks[0].Result), "(no retry spent)")
+		})
+		if n := rec.count(); n != 0 {
+			t.Fatalf("the handler ran %d jobs while the only lease was held", n)
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the job to run once the lease is back", func() bool { return rec.count() == 1 })
+		if r := rec.order[0].Retried(); r != 0 {
+			t.Errorf("the job ran with %d retries spent; want 0", r)
+		}
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Archived != 0 || info.Retry != 0 || info.Failed != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want nothing archived, retried or failed", info, err)
+		}
+	})
+}
