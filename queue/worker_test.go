@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,6 +123,98 @@ func TestWorkerLeaseBusyPutsBack(t *testing.T) {
 		}
 		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Archived != 0 || info.Retry != 0 || info.Failed != 0 {
 			t.Fatalf("asynq queue: %+v, %v; want nothing archived, retried or failed", info, err)
+		}
+	})
+}
+
+// downHook makes the throttle's Redis unreachable (commands on keys under
+// prefix fail as a refused connection would) once one of them has
+// succeeded: the dispatcher's peek passes, the worker's reservation fails.
+type downHook struct {
+	prefix   string
+	answered atomic.Bool // a throttle command succeeded
+	back     atomic.Bool // the throttle's Redis is reachable again
+}
+
+func (h *downHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *downHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *downHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		throttled := false
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.HasPrefix(s, h.prefix) {
+				throttled = true
+			}
+		}
+		if !throttled {
+			return next(ctx, cmd)
+		}
+		if h.answered.Load() && !h.back.Load() {
+			err := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		err := next(ctx, cmd)
+		if err == nil {
+			h.answered.Store(true)
+		}
+		return err
+	}
+}
+
+// TestWorkerThrottleDownNotAFailure: a job whose throttle cannot be asked
+// (its Redis unreachable) is retried by asynq without counting a failure:
+// no retry spent, nothing in the failed counters; it runs once the
+// throttle answers.
+func TestWorkerThrottleDownNotAFailure(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		prefix := redistest.KeyPrefix(t) + "th"
+		hook := &downHook{prefix: prefix + ":"}
+		client.AddHook(hook)
+		th, err := throttle.New(client, &throttle.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the job to be retried or archived", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return err == nil && info.Retry+info.Archived > 0
+		})
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 1 || info.Failed != 0 || info.FailedTotal != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want the job retried, no failure counted", info, err)
+		}
+		tasks, err := ins.ListRetryTasks(srv.cfg.Queue)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("retry tasks: %d, %v", len(tasks), err)
+		}
+		task := tasks[0]
+		if task.Retried != 0 || !strings.Contains(task.LastErr, "not a failure") || !strings.Contains(task.LastErr, "unreachable") {
+			t.Fatalf("retry task: %d retries spent, last error %q; want none spent, not a failure", task.Retried, task.LastErr)
+		}
+		// The throttle answers again; run the retry now rather than
+		// after asynq's backoff (15 s or more).
+		hook.back.Store(true)
+		if err := ins.RunTask(srv.cfg.Queue, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the retried job to run", func() bool { return rec.count() == 1 })
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.FailedTotal != 0 || info.Archived != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
 		}
 	})
 }
