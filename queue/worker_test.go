@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -217,4 +218,61 @@ func TestWorkerThrottleDownNotAFailure(t *testing.T) {
 			t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
 		}
 	})
+}
+
+// TestBudgetFor: a budget is the job's cost plus the slots free within the
+// horizon, and the guards keep it sane for a share outside (0, 1], a rate
+// so high that its interval rounds to zero, a slot beyond the horizon, and
+// a downstream that may not wait at all.
+func TestBudgetFor(t *testing.T) {
+	lim := throttle.Limit{Rate: 100, MaxWait: time.Minute} // a slot every 10ms; horizon 1s
+	tests := []struct {
+		name string
+		r    throttle.Reservation
+		lim  throttle.Limit
+		want int64
+	}{
+		{"full share", throttle.Reservation{Share: 1}, lim, 3 + 100},
+		{"half share", throttle.Reservation{Share: 0.5}, lim, 3 + 50},
+		{"delay", throttle.Reservation{Share: 1, Delay: 500 * time.Millisecond}, lim, 3 + 50},
+		{"no share given", throttle.Reservation{}, lim, 3 + 100},
+		{"share above 1", throttle.Reservation{Share: 2}, lim, 3 + 100},
+		{"negative share", throttle.Reservation{Share: -1}, lim, 3 + 100},
+		{"short max_wait", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 100, MaxWait: 100 * time.Millisecond}, 3 + 10},
+		{"no wait", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 100, MaxWait: -1}, 3},
+		{"delay past the horizon", throttle.Reservation{Share: 1, Delay: 2 * time.Second}, lim, 3},
+		{"interval below 1ns", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 2_000_000_000}, 3},
+	}
+	for _, tt := range tests {
+		if got := budgetFor(tt.r, tt.lim, 3); got != tt.want {
+			t.Errorf("%s: budgetFor = %d; want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestLiveBudgetsCap: a claim sends at most maxBudgets budgets, the
+// newest, and budgets spent or expired are dropped.
+func TestLiveBudgetsCap(t *testing.T) {
+	now := time.Now()
+	m := map[string]*budget{
+		"spent":   {units: 0, until: now.Add(time.Hour)},
+		"expired": {units: 5, until: now},
+	}
+	const n = maxBudgets + 50
+	for i := range n {
+		m[fmt.Sprint(i)] = &budget{units: 1, until: now.Add(time.Duration(i+1) * time.Millisecond)}
+	}
+	keys := liveBudgets(m, now)
+	if len(keys) != maxBudgets {
+		t.Fatalf("%d budgets sent; want %d", len(keys), maxBudgets)
+	}
+	for _, k := range keys {
+		var i int
+		if _, err := fmt.Sscan(k, &i); err != nil || i < n-maxBudgets {
+			t.Fatalf("sent budget %q, not among the %d newest", k, maxBudgets)
+		}
+	}
+	if m["spent"] != nil || m["expired"] != nil || len(m) != n {
+		t.Fatalf("%d budgets kept (spent %v, expired %v); want the %d live ones", len(m), m["spent"], m["expired"], n)
+	}
 }
