@@ -97,6 +97,7 @@ func TestEveryField(t *testing.T) {
 		"    period: 1s",
 		"    burst: 10",
 		"    weight: 100",
+		"    class: gold.tier-2_abcdefghijklmnopqrst", // 32 bytes, the most
 	))
 	q := cfg.Queue
 	if q != (Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
@@ -117,7 +118,7 @@ func TestEveryField(t *testing.T) {
 	}
 	tn := cfg.Tenants["a:{b}"]
 	want := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 5, Period: time.Second, Burst: 10}
-	if tn.ID != "a:{b}" || tn.Policy == nil || *tn.Policy != want || tn.Weight != 100 {
+	if tn.ID != "a:{b}" || tn.Policy == nil || *tn.Policy != want || tn.Weight != 100 || tn.Class != "gold.tier-2_abcdefghijklmnopqrst" {
 		t.Errorf("tenant = %+v (policy %v)", tn, tn.Policy)
 	}
 }
@@ -377,6 +378,10 @@ func TestErrors(t *testing.T) {
 		{"tenant log too big", doc(q, "tenants:", "  a:", "    algorithm: sliding_window_log", "    limit: 100001", "    period: 1s"), []string{"line 5:12: tenants.a.limit: sliding_window_log stores one entry per unit and allows at most 100000"}},
 		{"tenant weight zero", doc(q, "tenants:", "  a: {weight: 0}"), []string{"line 3:15: tenants.a.weight: must be at least 1, got 0"}},
 		{"tenant weight high", doc(q, "tenants:", "  a: {weight: 101}"), []string{"line 3:15: tenants.a.weight: must be at most 100, got 101"}},
+		{"tenant class space", doc(q, "tenants:", "  a: {class: gold tier}"), []string{"line 3:14: tenants.a.class: use 1 to 32 bytes of [A-Za-z0-9_.-], got \"gold tier\""}},
+		{"tenant class empty", doc(q, "tenants:", "  a: {class: \"\"}"), []string{"line 3:14: tenants.a.class: use 1 to 32 bytes of [A-Za-z0-9_.-], got \"\""}},
+		{"tenant class long", doc(q, "tenants:", "  a: {class: "+strings.Repeat("g", 33)+"}"), []string{"line 3:14: tenants.a.class: use 1 to 32 bytes of [A-Za-z0-9_.-], got \"" + strings.Repeat("g", 33) + "\""}},
+		{"tenant class cut", doc(q, "tenants:", "  a: {class: "+strings.Repeat("g", 50)+"}"), []string{"got \"" + strings.Repeat("g", 40) + "…\""}},
 		{"tenant duplicate", doc(q, "tenants:", "  acme: {weight: 1}", "  other: {}", "  acme: {weight: 2}"), []string{"line 5:3: tenants.acme: defined twice: first at line 3, again at line 5"}},
 		{"tenant duplicate spelled differently", doc(q, "tenants:", "  12345: {}", "  \"12345\": {}"), []string{"line 4:3: tenants.12345: defined twice: first at line 3, again at line 4"}},
 		{"tenant empty id", doc(q, "tenants:", "  \"\": {}"), []string{"line 3:3: tenants[\"\"]: a tenant id must not be empty"}},

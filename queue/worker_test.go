@@ -1,0 +1,278 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// TestWorkerUnknownDownstream: a job that names a downstream the worker
+// does not know is archived at once, spending no retry, with a reason that
+// names the downstream; the other jobs run.
+func TestWorkerUnknownDownstream(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "nope", MaxRetry: 5}); err != nil {
+			t.Fatal(err)
+		}
+		const n = 10
+		for range n {
+			if _, err := p.Enqueue(context.Background(), Job{Tenant: "b", Type: "call", Downstream: "api"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the known jobs to run and the unknown one to fail", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return rec.count() > n || rec.count() == n && err == nil && info.Archived+info.Retry > 0
+		})
+		rec.mu.Lock()
+		for _, j := range rec.order {
+			if j.Downstream != "api" {
+				t.Errorf("the handler ran a job of downstream %q", j.Downstream)
+			}
+		}
+		rec.mu.Unlock()
+		tasks, err := ins.ListArchivedTasks(srv.cfg.Queue)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("archived: %d, %v", len(tasks), err)
+		}
+		if tasks[0].Retried != 0 || !strings.Contains(tasks[0].LastErr, `unknown downstream "nope"`) {
+			t.Fatalf("archived after %d retries with %q; want at once, naming the downstream", tasks[0].Retried, tasks[0].LastErr)
+		}
+	})
+}
+
+// TestWorkerLeaseBusyPutsBack: a job whose downstream's every concurrency
+// lease stays held for its whole wait goes back to the waiting room, its
+// tenant asleep with a "lease:" reason, spending no retry; it runs once the
+// lease is given back.
+func TestWorkerLeaseBusyPutsBack(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		conc := throttle.Concurrency{Max: 1, Lease: time.Hour}
+		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: 50 * time.Millisecond}, Concurrency: &conc}
+		lease, err := th.Acquire(context.Background(), "api", conc) // the key the job's throttle uses
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Retention: time.Hour,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		var asleep []Sleeper
+		waitFor(t, 30*time.Second, "the job put back, or failed", func() bool {
+			asleep, _ = p.Sleepers(context.Background(), 10)
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return len(asleep) > 0 || err == nil && info.Retry+info.Archived > 0
+		})
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 0 || info.Archived != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want nothing retried or archived", info, err)
+		}
+		if len(asleep) != 1 || asleep[0].Tenant != "a" || !strings.HasPrefix(asleep[0].Why, "lease: every concurrency slot of downstream api") {
+			t.Fatalf("sleepers %+v; want tenant a held by the lease", asleep)
+		}
+		waitFor(t, 30*time.Second, "the put-back task completed with its reason", func() bool {
+			tasks, err := ins.ListCompletedTasks(srv.cfg.Queue)
+			return err == nil && len(tasks) > 0 && strings.HasPrefix(string(tasks[0].Result), "lease: ") &&
+				strings.HasSuffix(string(tasks[0].Result), "(no retry spent)")
+		})
+		if n := rec.count(); n != 0 {
+			t.Fatalf("the handler ran %d jobs while the only lease was held", n)
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the job to run once the lease is back", func() bool { return rec.count() == 1 })
+		if r := rec.order[0].Retried(); r != 0 {
+			t.Errorf("the job ran with %d retries spent; want 0", r)
+		}
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Archived != 0 || info.Retry != 0 || info.Failed != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want nothing archived, retried or failed", info, err)
+		}
+	})
+}
+
+// downHook makes the throttle's Redis unreachable (commands on keys under
+// prefix fail as a refused connection would) once one of them has
+// succeeded: the dispatcher's peek passes, the worker's reservation fails.
+type downHook struct {
+	prefix   string
+	answered atomic.Bool // a throttle command succeeded
+	back     atomic.Bool // the throttle's Redis is reachable again
+}
+
+func (h *downHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *downHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *downHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		throttled := false
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.HasPrefix(s, h.prefix) {
+				throttled = true
+			}
+		}
+		if !throttled {
+			return next(ctx, cmd)
+		}
+		if h.answered.Load() && !h.back.Load() {
+			err := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		err := next(ctx, cmd)
+		if err == nil {
+			h.answered.Store(true)
+		}
+		return err
+	}
+}
+
+// TestWorkerThrottleDownNotAFailure: a job whose throttle cannot be asked
+// (its Redis unreachable) is retried by asynq without counting a failure:
+// no retry spent, nothing in the failed counters; it runs once the
+// throttle answers.
+func TestWorkerThrottleDownNotAFailure(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: 3}); err != nil {
+			t.Fatal(err)
+		}
+		prefix := redistest.KeyPrefix(t) + "th"
+		hook := &downHook{prefix: prefix + ":"}
+		client.AddHook(hook)
+		th, err := throttle.New(client, &throttle.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
+		rec := newRecorder()
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the job to be retried or archived", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return err == nil && info.Retry+info.Archived > 0
+		})
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 1 || info.Failed != 0 || info.FailedTotal != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want the job retried, no failure counted", info, err)
+		}
+		tasks, err := ins.ListRetryTasks(srv.cfg.Queue)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("retry tasks: %d, %v", len(tasks), err)
+		}
+		task := tasks[0]
+		if task.Retried != 0 || !strings.Contains(task.LastErr, "not a failure") || !strings.Contains(task.LastErr, "unreachable") {
+			t.Fatalf("retry task: %d retries spent, last error %q; want none spent, not a failure", task.Retried, task.LastErr)
+		}
+		// The throttle answers again; run the retry now rather than
+		// after asynq's backoff (15 s or more).
+		hook.back.Store(true)
+		if err := ins.RunTask(srv.cfg.Queue, task.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the retried job to run", func() bool { return rec.count() == 1 })
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.FailedTotal != 0 || info.Archived != 0 {
+			t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
+		}
+	})
+}
+
+// TestBudgetFor: a budget is the job's cost plus the slots free within the
+// horizon, and the guards keep it sane for a share outside (0, 1], a rate
+// so high that its interval rounds to zero, a slot beyond the horizon, and
+// a downstream that may not wait at all.
+func TestBudgetFor(t *testing.T) {
+	lim := throttle.Limit{Rate: 100, MaxWait: time.Minute} // a slot every 10ms; horizon 1s
+	tests := []struct {
+		name string
+		r    throttle.Reservation
+		lim  throttle.Limit
+		want int64
+	}{
+		{"full share", throttle.Reservation{Share: 1}, lim, 3 + 100},
+		{"half share", throttle.Reservation{Share: 0.5}, lim, 3 + 50},
+		{"delay", throttle.Reservation{Share: 1, Delay: 500 * time.Millisecond}, lim, 3 + 50},
+		{"no share given", throttle.Reservation{}, lim, 3 + 100},
+		{"share above 1", throttle.Reservation{Share: 2}, lim, 3 + 100},
+		{"negative share", throttle.Reservation{Share: -1}, lim, 3 + 100},
+		{"short max_wait", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 100, MaxWait: 100 * time.Millisecond}, 3 + 10},
+		{"no wait", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 100, MaxWait: -1}, 3},
+		{"delay past the horizon", throttle.Reservation{Share: 1, Delay: 2 * time.Second}, lim, 3},
+		{"interval below 1ns", throttle.Reservation{Share: 1}, throttle.Limit{Rate: 2_000_000_000}, 3},
+	}
+	for _, tt := range tests {
+		if got := budgetFor(tt.r, tt.lim, 3); got != tt.want {
+			t.Errorf("%s: budgetFor = %d; want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestLiveBudgetsCap: a claim sends at most maxBudgets budgets, the
+// newest, and budgets spent or expired are dropped.
+func TestLiveBudgetsCap(t *testing.T) {
+	now := time.Now()
+	m := map[string]*budget{
+		"spent":   {units: 0, until: now.Add(time.Hour)},
+		"expired": {units: 5, until: now},
+	}
+	const n = maxBudgets + 50
+	for i := range n {
+		m[fmt.Sprint(i)] = &budget{units: 1, until: now.Add(time.Duration(i+1) * time.Millisecond)}
+	}
+	keys := liveBudgets(m, now)
+	if len(keys) != maxBudgets {
+		t.Fatalf("%d budgets sent; want %d", len(keys), maxBudgets)
+	}
+	for _, k := range keys {
+		var i int
+		if _, err := fmt.Sscan(k, &i); err != nil || i < n-maxBudgets {
+			t.Fatalf("sent budget %q, not among the %d newest", k, maxBudgets)
+		}
+	}
+	if m["spent"] != nil || m["expired"] != nil || len(m) != n {
+		t.Fatalf("%d budgets kept (spent %v, expired %v); want the %d live ones", len(m), m["spent"], m["expired"], n)
+	}
+}
