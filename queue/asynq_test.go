@@ -46,10 +46,10 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 		retry   int
 		timeout time.Duration
 	}{
-		{Job{ID: "defaults", Tenant: "a", Type: "x"}, 25, 30 * time.Minute},
-		{Job{ID: "no-retry", Tenant: "b", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)}, 0, 30 * time.Minute},
-		{Job{ID: "some-retries", Tenant: "c d", Type: "y:z", MaxRetry: 3, Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)}, 3, 26 * time.Hour},
-		{Job{ID: "seconds", Tenant: "e", Type: "y", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3}, 25, 10 * time.Second},
+		{Job{ID: "defaults", Tenant: "a", Type: "x"}, 26, 30 * time.Minute}, // one retry spare (see item)
+		{Job{ID: "no-retry", Tenant: "b", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)}, 1, 30 * time.Minute},
+		{Job{ID: "some-retries", Tenant: "c d", Type: "y:z", MaxRetry: 3, Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)}, 4, 26 * time.Hour},
+		{Job{ID: "seconds", Tenant: "e", Type: "y", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3}, 26, 10 * time.Second},
 	}
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		for _, retention := range []time.Duration{0, 90 * time.Minute} {

@@ -77,10 +77,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 					t.Errorf("decodeItem(item of %s): %+v, %v", job.ID, got, err)
 				}
 
-				retry := job.maxRetry() - job.retried
-				if retry < 0 {
-					retry = 0
-				}
+				retry := max(job.maxRetry()-job.retried, 0) + 1 // one spare (see item)
 				opts := []asynq.Option{asynq.Queue(cfg.Queue), asynq.TaskID(task), asynq.MaxRetry(retry), asynq.Timeout(job.timeout())}
 				if retention > 0 {
 					opts = append(opts, asynq.Retention(retention))

@@ -74,7 +74,11 @@ func (j *Job) item(queue string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	retry := max(j.maxRetry()-j.retried, 0)
+	// One retry more than the job has left: asynq archives a task whose
+	// retries are used up even after an error that is no failure (a
+	// throttle Redis could not answer), and a worker that died; process
+	// archives the job itself when its last allowed run fails.
+	retry := max(j.maxRetry()-j.retried, 0) + 1
 	return entry(class, j.Type, []byte(env), j.taskID(), queue, int64(retry), int64(j.timeout()/time.Second)), nil
 }
 

@@ -70,7 +70,8 @@ type Job struct {
 	Cost int64 `json:"cost,omitempty"`
 	// MaxRetry is how many times a failing job is retried (asynq's
 	// MaxRetry). Throttling never spends one. Default 25; -1 means none;
-	// at most math.MaxInt32, the most asynq can hold.
+	// at most math.MaxInt32-1 (asynq holds an int32, and the queue hands
+	// a job over with one retry spare: docs/queue.md, The worker).
 	MaxRetry int `json:"max_retry,omitempty"`
 	// Timeout bounds one run of the handler. Default 30 minutes. asynq
 	// keeps it in whole seconds: it is rounded up to the next second.
@@ -186,9 +187,10 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("cost must not be negative, got %d", j.Cost)
 	case j.MaxRetry < -1:
 		return invalid("max_retry must be -1 (none) or more, got %d", j.MaxRetry)
-	case j.MaxRetry > math.MaxInt32:
-		// asynq keeps it as an int32: 2^31 would read as negative.
-		return invalid("max_retry must be at most %d, got %d", math.MaxInt32, j.MaxRetry)
+	case j.MaxRetry > math.MaxInt32-1:
+		// asynq keeps it, plus the spare, as an int32: 2^31 would read as
+		// negative.
+		return invalid("max_retry must be at most %d, got %d", math.MaxInt32-1, j.MaxRetry)
 	case j.Timeout < 0:
 		return invalid("timeout must not be negative, got %v", j.Timeout)
 	}

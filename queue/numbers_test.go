@@ -13,9 +13,9 @@ import (
 )
 
 // TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp: asynq keeps a task's
-// retries as an int32 and its timeout in whole seconds. A max_retry above
-// math.MaxInt32 is refused at enqueue (it wrapped to a negative count, and
-// 2^62 to 0), and a timeout is handed over rounded up to whole seconds (a
+// retries as an int32 and its timeout in whole seconds. A max_retry that
+// with the queue's spare retry would not fit an int32 is refused at
+// enqueue (it wrapped to a negative count, and 2^62 to 0), and a timeout is handed over rounded up to whole seconds (a
 // timeout under a second was written as none, which asynq replaces by its
 // own default, and 1.5 s as 1 s) (issue 19, finding 7).
 func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
@@ -24,7 +24,7 @@ func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
 		for _, form := range []string{"entry"} {
 			t.Run(form, func(t *testing.T) {
 				cfg, p := testProducer(t, client, 100)
-				for _, n := range []int{math.MaxInt32 + 1, 1 << 62, math.MaxInt} {
+				for _, n := range []int{math.MaxInt32, 1 << 62, math.MaxInt} {
 					_, err := p.Enqueue(ctx, Job{Tenant: "a", Type: "x", MaxRetry: n})
 					if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), "max_retry") {
 						t.Errorf("max_retry %d: %v; want ErrInvalidJob naming max_retry", n, err)
@@ -41,7 +41,7 @@ func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
 					asynq    time.Duration
 				}{
 					{"nano", time.Nanosecond, 0, time.Second},
-					{"half", 500 * time.Millisecond, math.MaxInt32, time.Second},
+					{"half", 500 * time.Millisecond, math.MaxInt32 - 1, time.Second},
 					{"one-and-a-half", 1500 * time.Millisecond, 0, 2 * time.Second},
 					{"two", 2 * time.Second, 0, 2 * time.Second},
 					{"day-and-a-bit", 24*time.Hour + time.Millisecond, 0, 24*time.Hour + time.Second},
@@ -50,9 +50,9 @@ func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
 					if _, err := p.Enqueue(ctx, Job{ID: s.id, Tenant: "a", Type: "x", Timeout: s.timeout, MaxRetry: s.maxRetry}); err != nil {
 						t.Fatalf("%s: %v", s.id, err)
 					}
-					retry := 25
+					retry := 25 + 1 // one spare (see item)
 					if s.maxRetry != 0 {
-						retry = s.maxRetry
+						retry = s.maxRetry + 1
 					}
 					want[s.id] = struct {
 						timeout time.Duration

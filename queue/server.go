@@ -255,6 +255,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if errors.As(err, &re) {
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
 	}
+	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
+		return Permanent(err) // the last run the job's MaxRetry allows (see item)
+	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
 

@@ -168,15 +168,24 @@ func (h *downHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // TestWorkerThrottleDownNotAFailure: a job whose throttle cannot be asked
 // (its Redis unreachable) is retried by asynq without counting a failure:
 // no retry spent, nothing in the failed counters; it runs once the
-// throttle answers.
+// throttle answers. So is a job with no retries at all (MaxRetry -1),
+// which asynq alone would archive, its retries used up.
 func TestWorkerThrottleDownNotAFailure(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		for _, maxRetry := range []int{3, -1} {
+			t.Run(fmt.Sprintf("max_retry=%d", maxRetry), func(t *testing.T) { throttleDownNotAFailure(t, client, maxRetry) })
+		}
+	})
+}
+
+func throttleDownNotAFailure(t *testing.T, client redis.UniversalClient, maxRetry int) {
+	{
 		cfg := testConfig(t, 100)
 		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: 3}); err != nil {
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: maxRetry}); err != nil {
 			t.Fatal(err)
 		}
 		prefix := redistest.KeyPrefix(t) + "th"
@@ -217,7 +226,7 @@ func TestWorkerThrottleDownNotAFailure(t *testing.T) {
 		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.FailedTotal != 0 || info.Archived != 0 {
 			t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
 		}
-	})
+	}
 }
 
 // TestBudgetFor: a budget is the job's cost plus the slots free within the
@@ -275,4 +284,69 @@ func TestLiveBudgetsCap(t *testing.T) {
 	if m["spent"] != nil || m["expired"] != nil || len(m) != n {
 		t.Fatalf("%d budgets kept (spent %v, expired %v); want the %d live ones", len(m), m["spent"], m["expired"], n)
 	}
+}
+
+// TestFailuresSpendRetries: a handler's failures spend the job's retries,
+// counted across hand-overs (a Reschedule between two failures hands the
+// job over anew), and the job is archived after its last allowed run
+// fails: at once with MaxRetry -1; after three failures with MaxRetry 2.
+func TestFailuresSpendRetries(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		for _, tc := range []struct {
+			maxRetry int
+			runs     []string // what the handler does in each run
+		}{
+			{-1, []string{"fail"}},
+			{2, []string{"fail", "reschedule", "fail", "fail"}},
+		} {
+			t.Run(fmt.Sprintf("max_retry=%d", tc.maxRetry), func(t *testing.T) {
+				cfg := testConfig(t, 100)
+				p, err := NewProducer(client, &cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "work", MaxRetry: tc.maxRetry}); err != nil {
+					t.Fatal(err)
+				}
+				var run atomic.Int64
+				rec := newRecorder()
+				rec.err = func(*Job) error {
+					n := run.Add(1)
+					if tc.runs[min(n, int64(len(tc.runs)))-1] == "reschedule" {
+						return Reschedule(0, "again")
+					}
+					return fmt.Errorf("boom %d", n)
+				}
+				srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+				ins := asynq.NewInspectorFromRedisClient(client)
+				for i, what := range tc.runs {
+					waitFor(t, 30*time.Second, fmt.Sprintf("run %d", i+1), func() bool { return rec.count() > i })
+					if what != "fail" || i == len(tc.runs)-1 {
+						continue
+					}
+					// Run the retry now rather than after asynq's backoff.
+					var tasks []*asynq.TaskInfo
+					waitFor(t, 30*time.Second, fmt.Sprintf("the retry after run %d", i+1), func() bool {
+						tasks, err = ins.ListRetryTasks(srv.cfg.Queue)
+						return err == nil && len(tasks) == 1
+					})
+					if err := ins.RunTask(srv.cfg.Queue, tasks[0].ID); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var archived []*asynq.TaskInfo
+				waitFor(t, 30*time.Second, "the job to be archived", func() bool {
+					archived, err = ins.ListArchivedTasks(srv.cfg.Queue)
+					return err == nil && len(archived) == 1
+				})
+				if got := rec.count(); got != len(tc.runs) {
+					t.Fatalf("the handler ran %d times; want %d", got, len(tc.runs))
+				}
+				last := fmt.Sprintf("boom %d", len(tc.runs))
+				if !strings.Contains(archived[0].LastErr, last) {
+					t.Fatalf("archived with %q; want the last run's error, %q", archived[0].LastErr, last)
+				}
+			})
+		}
+	})
 }
