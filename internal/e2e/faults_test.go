@@ -18,7 +18,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -387,6 +389,20 @@ func TestGracefulStop(t *testing.T) {
 	t.Logf("after the stop: %d calls were cut short; the %d undelivered jobs are %v", aborted, len(missing), places)
 	if aborted == 0 {
 		t.Error("no call was cut short by the stop, though calls were in flight and held")
+	}
+	// Each worker's last line says what became of the jobs it was running:
+	// every call cut short was a job returned to the queue.
+	returned := 0
+	for _, w := range workers {
+		m := regexp.MustCompile(`msg="sluice worker stopped" .*returned_to_queue=(\d+)`).FindStringSubmatch(w.logs.String())
+		if m == nil {
+			t.Fatalf("%s logged no stop line with returned_to_queue:\n%s", w.name, w.logs.String())
+		}
+		n, _ := strconv.Atoi(m[1])
+		returned += n
+	}
+	if returned < aborted {
+		t.Errorf("the workers logged %d jobs returned to the queue; %d calls were cut short", returned, aborted)
 	}
 	for s, k := range places {
 		if strings.HasPrefix(s, "asynq:active") || s == "nowhere" || s == "asynq:archived" {
