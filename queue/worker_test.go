@@ -179,53 +179,51 @@ func TestWorkerThrottleDownNotAFailure(t *testing.T) {
 }
 
 func throttleDownNotAFailure(t *testing.T, client redis.UniversalClient, maxRetry int) {
-	{
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: maxRetry}); err != nil {
-			t.Fatal(err)
-		}
-		prefix := redistest.KeyPrefix(t) + "th"
-		hook := &downHook{prefix: prefix + ":"}
-		client.AddHook(hook)
-		th, err := throttle.New(client, &throttle.Options{Prefix: prefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
-		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
-		rec := newRecorder()
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
-			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
-		ins := asynq.NewInspectorFromRedisClient(client)
-		waitFor(t, 30*time.Second, "the job to be retried or archived", func() bool {
-			info, err := ins.GetQueueInfo(srv.cfg.Queue)
-			return err == nil && info.Retry+info.Archived > 0
-		})
-		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 1 || info.Failed != 0 || info.FailedTotal != 0 {
-			t.Fatalf("asynq queue: %+v, %v; want the job retried, no failure counted", info, err)
-		}
-		tasks, err := ins.ListRetryTasks(srv.cfg.Queue)
-		if err != nil || len(tasks) != 1 {
-			t.Fatalf("retry tasks: %d, %v", len(tasks), err)
-		}
-		task := tasks[0]
-		if task.Retried != 0 || !strings.Contains(task.LastErr, "not a failure") || !strings.Contains(task.LastErr, "unreachable") {
-			t.Fatalf("retry task: %d retries spent, last error %q; want none spent, not a failure", task.Retried, task.LastErr)
-		}
-		// The throttle answers again; run the retry now rather than
-		// after asynq's backoff (15 s or more).
-		hook.back.Store(true)
-		if err := ins.RunTask(srv.cfg.Queue, task.ID); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 30*time.Second, "the retried job to run", func() bool { return rec.count() == 1 })
-		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.FailedTotal != 0 || info.Archived != 0 {
-			t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
-		}
+	cfg := testConfig(t, 100)
+	p, err := NewProducer(client, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "call", Downstream: "api", MaxRetry: maxRetry}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := redistest.KeyPrefix(t) + "th"
+	hook := &downHook{prefix: prefix + ":"}
+	client.AddHook(hook)
+	th, err := throttle.New(client, &throttle.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	d := Downstream{Limit: throttle.Limit{Rate: 1000}}
+	rec := newRecorder()
+	srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+		Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
+	ins := asynq.NewInspectorFromRedisClient(client)
+	waitFor(t, 30*time.Second, "the job to be retried or archived", func() bool {
+		info, err := ins.GetQueueInfo(srv.cfg.Queue)
+		return err == nil && info.Retry+info.Archived > 0
+	})
+	if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Retry != 1 || info.Failed != 0 || info.FailedTotal != 0 {
+		t.Fatalf("asynq queue: %+v, %v; want the job retried, no failure counted", info, err)
+	}
+	tasks, err := ins.ListRetryTasks(srv.cfg.Queue)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("retry tasks: %d, %v", len(tasks), err)
+	}
+	task := tasks[0]
+	if task.Retried != 0 || !strings.Contains(task.LastErr, "not a failure") || !strings.Contains(task.LastErr, "unreachable") {
+		t.Fatalf("retry task: %d retries spent, last error %q; want none spent, not a failure", task.Retried, task.LastErr)
+	}
+	// The throttle answers again; run the retry now rather than
+	// after asynq's backoff (15 s or more).
+	hook.back.Store(true)
+	if err := ins.RunTask(srv.cfg.Queue, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the retried job to run", func() bool { return rec.count() == 1 })
+	if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.FailedTotal != 0 || info.Archived != 0 {
+		t.Fatalf("asynq queue: %+v, %v; want no failure counted, nothing archived", info, err)
 	}
 }
 
