@@ -2,9 +2,10 @@ package policy
 
 import (
 	"errors"
-	"github.com/sluicehq/sluice/queue"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/queue"
 )
 
 func TestDownstreamFor(t *testing.T) {

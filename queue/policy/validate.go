@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/queue"
 	"net/http"
 	"os"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/names"
+	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
 
