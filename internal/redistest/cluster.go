@@ -40,6 +40,16 @@ func StartCluster(tb testing.TB) *Cluster {
 	return c
 }
 
+// LaunchCluster starts a cluster outside a test, for commands such as the
+// benchmarks under bench/: StartCluster without the test. The caller must
+// call stop, which kills the nodes and removes their data.
+func LaunchCluster() (c *Cluster, stop func(), err error) {
+	if c, err = newCluster(); err != nil {
+		return nil, nil, err
+	}
+	return c, c.remove, nil
+}
+
 // newCluster starts three cluster-enabled servers together and makes them
 // a cluster. On error nothing is left running.
 func newCluster() (*Cluster, error) {

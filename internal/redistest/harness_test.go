@@ -397,3 +397,32 @@ func TestLaunchOutsideATest(t *testing.T) {
 		t.Errorf("directory %s: %v; want it removed", dir, err)
 	}
 }
+
+// TestLaunchClusterOutsideATest: the cluster entry point of commands
+// starts a cluster that serves every master, and its stop kills the nodes
+// and removes their directories.
+func TestLaunchClusterOutsideATest(t *testing.T) {
+	Require(t)
+	c, stop, err := LaunchCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	defer cc.Close()
+	ctx := context.Background()
+	for _, key := range probeKeys {
+		if err := cc.Set(ctx, key, "ok", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	for i := range 3 {
+		n := c.Node(i)
+		if !n.proc.exited() {
+			t.Errorf("node %d running after stop", i)
+		}
+		if _, err := os.Stat(n.dir); !os.IsNotExist(err) {
+			t.Errorf("node %d's directory %s: %v; want it removed", i, n.dir, err)
+		}
+	}
+}

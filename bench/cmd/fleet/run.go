@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/time/rate"
 
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -42,7 +43,7 @@ type env struct {
 	redisAddr    string
 	redisVersion string
 	rdb          *redis.Client
-	kids         children
+	kids         proc.Group
 	closers      []func()
 	// arrivals keeps each case's record per system, for the plot.
 	arrivals map[string]map[string][]arrival
@@ -93,11 +94,11 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 		for _, c := range o.cases {
 			total += 2*c.duration + time.Minute
 		}
-		b, err := startChild("busy loops", filepath.Join(e.dir, "busy.log"), e.self, busyArg, "-n", strconv.Itoa(o.busy), "-life", total.String())
+		b, err := proc.Start("busy loops", filepath.Join(e.dir, "busy.log"), e.self, busyArg, "-n", strconv.Itoa(o.busy), "-life", total.String())
 		if err != nil {
 			return e, err
 		}
-		e.kids.add(b)
+		e.kids.Add(b)
 	}
 	return e, nil
 }
@@ -105,7 +106,7 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 // close stops every child, redis-server, and removes the directory unless
 // -keep; in reverse order of starting.
 func (e *env) close() {
-	e.kids.killAll()
+	e.kids.KillAll()
 	for i := len(e.closers) - 1; i >= 0; i-- {
 		e.closers[i]()
 	}
@@ -136,15 +137,15 @@ func (e *env) build(ctx context.Context) error {
 
 // startAPI starts a fresh API process for case c and returns it with its
 // URL.
-func (e *env) startAPI(ctx context.Context, c fleetCase, system string) (*child, string, error) {
+func (e *env) startAPI(ctx context.Context, c fleetCase, system string) (*proc.Child, string, error) {
 	cfg := c.api
 	cfg.life = c.duration + apiLife
-	a, err := startChild("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
+	a, err := proc.Start("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
 	if err != nil {
 		return nil, "", err
 	}
-	e.kids.add(a)
-	line, err := a.waitLine(ctx, "http://127.0.0.1:", startLimit)
+	e.kids.Add(a)
+	line, err := a.WaitLine(ctx, "http://127.0.0.1:", startLimit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -152,8 +153,8 @@ func (e *env) startAPI(ctx context.Context, c fleetCase, system string) (*child,
 }
 
 // fetchArrivals reads the API's record and stops the API.
-func (e *env) fetchArrivals(ctx context.Context, a *child, url string) ([]arrival, error) {
-	defer func() { _ = a.stop(stopGrace) }()
+func (e *env) fetchArrivals(ctx context.Context, a *proc.Child, url string) ([]arrival, error) {
+	defer func() { _ = a.Stop(stopGrace) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/arrivals", nil)
 	if err != nil {
 		return nil, err
@@ -265,7 +266,7 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer api.kill()
+	defer api.Kill()
 	if err := e.rdb.FlushAll(ctx).Err(); err != nil {
 		return nil, err
 	}
@@ -296,20 +297,20 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 		return nil, err
 	}
 	t0 = time.Now()
-	workers := make([]*child, c.workers)
+	workers := make([]*proc.Child, c.workers)
 	for i := range workers {
-		w, err := startChild(fmt.Sprintf("worker %d", i+1), filepath.Join(e.dir, fmt.Sprintf("%s-worker-%d.log", c.name, i+1)), e.worker,
+		w, err := proc.Start(fmt.Sprintf("worker %d", i+1), filepath.Join(e.dir, fmt.Sprintf("%s-worker-%d.log", c.name, i+1)), e.worker,
 			"-policy", policy, "-redis", "redis://"+e.redisAddr+"/0", "-listen", "127.0.0.1:0",
 			"-concurrency", strconv.Itoa(c.conc), "-shutdown-timeout", "5s")
 		if err != nil {
 			return nil, err
 		}
-		e.kids.add(w)
-		defer w.kill()
+		e.kids.Add(w)
+		defer w.Kill()
 		workers[i] = w
 	}
 	for _, w := range workers {
-		if _, err := w.waitLine(ctx, "sluice worker started", startLimit); err != nil {
+		if _, err := w.WaitLine(ctx, "sluice worker started", startLimit); err != nil {
 			return nil, err
 		}
 	}
@@ -327,20 +328,20 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	}
 	var notes []string
 	for _, w := range workers {
-		if w.exited() {
-			notes = append(notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.name, w.err, oneLine(w.tail())))
+		if w.Exited() {
+			notes = append(notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.Name, w.Err(), oneLine(w.Tail())))
 		}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, w := range workers {
-		if w.exited() {
+		if w.Exited() {
 			continue
 		}
 		wg.Go(func() {
-			if err := w.stop(stopGrace); err != nil {
+			if err := w.Stop(stopGrace); err != nil {
 				mu.Lock()
-				notes = append(notes, fmt.Sprintf("%s after SIGTERM: %v; its log ends: %s", w.name, err, oneLine(w.tail())))
+				notes = append(notes, fmt.Sprintf("%s after SIGTERM: %v; its log ends: %s", w.Name, err, oneLine(w.Tail())))
 				mu.Unlock()
 			}
 		})
@@ -373,7 +374,7 @@ func (e *env) runFloor(ctx context.Context, c fleetCase) (*figures, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer api.kill()
+	defer api.Kill()
 	goroutines := c.workers * c.conc
 	tr := &http.Transport{MaxIdleConns: goroutines, MaxIdleConnsPerHost: goroutines}
 	defer tr.CloseIdleConnections()

@@ -1,4 +1,8 @@
-package main
+// Package proc runs the child processes of the benchmark commands (built
+// workers, an API, busy loops): each in its own process group, its output
+// in a log file that a caller can wait on for a line, stopped with SIGTERM
+// and then killed, and on Linux killed with the benchmark if it dies.
+package proc
 
 import (
 	"bytes"
@@ -14,11 +18,12 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// child is a process the benchmark started: a worker, the API or the busy
+// Child is a process the benchmark started: a worker, the API or the busy
 // loops. Its standard output and error go to a log file, line by line
 // through a watcher that can wait for a line.
-type child struct {
-	name string
+type Child struct {
+	// Name names the process in errors ("worker 2").
+	Name string
 	cmd  *exec.Cmd
 	out  *lineWatch
 	logf *os.File
@@ -26,14 +31,14 @@ type child struct {
 	err  error         // its exit status, once done is closed
 }
 
-// startChild starts bin with args in its own process group, its output in
+// Start starts bin with args in its own process group, its output in
 // logPath.
-func startChild(name, logPath, bin string, args ...string) (*child, error) {
+func Start(name, logPath, bin string, args ...string) (*Child, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	c := &child{name: name, cmd: exec.Command(bin, args...), logf: f, done: make(chan struct{})}
+	c := &Child{Name: name, cmd: exec.Command(bin, args...), logf: f, done: make(chan struct{})}
 	c.out = &lineWatch{w: f}
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
 	if err := redistest.StartProcess(c.cmd); err != nil {
@@ -48,8 +53,8 @@ func startChild(name, logPath, bin string, args ...string) (*child, error) {
 	return c, nil
 }
 
-// exited reports whether the process has exited.
-func (c *child) exited() bool {
+// Exited reports whether the process has exited.
+func (c *Child) Exited() bool {
 	select {
 	case <-c.done:
 		return true
@@ -58,8 +63,8 @@ func (c *child) exited() bool {
 	}
 }
 
-// waitLine waits for an output line holding want and returns it.
-func (c *child) waitLine(ctx context.Context, want string, limit time.Duration) (string, error) {
+// WaitLine waits for an output line holding want and returns it.
+func (c *Child) WaitLine(ctx context.Context, want string, limit time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	ch := c.out.watch(want)
@@ -73,17 +78,17 @@ func (c *child) waitLine(ctx context.Context, want string, limit time.Duration) 
 			return line, nil
 		default:
 		}
-		return "", fmt.Errorf("%s exited (%v) before printing %q; its output:\n%s", c.name, c.err, want, c.tail())
+		return "", fmt.Errorf("%s exited (%v) before printing %q; its output:\n%s", c.Name, c.err, want, c.Tail())
 	case <-ctx.Done():
-		return "", fmt.Errorf("%s printed no %q within %v: %w; its output:\n%s", c.name, want, limit, ctx.Err(), c.tail())
+		return "", fmt.Errorf("%s printed no %q within %v: %w; its output:\n%s", c.Name, want, limit, ctx.Err(), c.Tail())
 	}
 }
 
-// stop sends SIGTERM and waits up to grace for the exit, then kills the
+// Stop sends SIGTERM and waits up to grace for the exit, then kills the
 // process group. It returns the exit status, or an error saying it had to
 // kill.
-func (c *child) stop(grace time.Duration) error {
-	if c.exited() {
+func (c *Child) Stop(grace time.Duration) error {
+	if c.Exited() {
 		return c.err
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -94,19 +99,30 @@ func (c *child) stop(grace time.Duration) error {
 	}
 	redistest.KillProcess(c.cmd.Process)
 	<-c.done
-	return fmt.Errorf("%s: no exit %v after SIGTERM; killed", c.name, grace)
+	return fmt.Errorf("%s: no exit %v after SIGTERM; killed", c.Name, grace)
 }
 
-// kill kills the process group at once and waits for the exit.
-func (c *child) kill() {
-	if !c.exited() {
+// Kill kills the process group at once and waits for the exit.
+func (c *Child) Kill() {
+	if !c.Exited() {
 		redistest.KillProcess(c.cmd.Process)
 	}
 	<-c.done
 }
 
-// tail is the end of the process's output.
-func (c *child) tail() string { return c.out.tail() }
+// Tail is the end of the process's output.
+func (c *Child) Tail() string { return c.out.tail() }
+
+// Err is the exit status once Exited reports true, nil before.
+func (c *Child) Err() error {
+	if !c.Exited() {
+		return nil
+	}
+	return c.err
+}
+
+// Pid is the process id.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
 
 // lineWatch passes output on to w, keeps its last few KiB, and hands the
 // first line that holds a watched string to whoever asked for it.
@@ -182,26 +198,27 @@ func (l *lineWatch) tail() string {
 	return string(s)
 }
 
-// children are the processes running now, so that they can all be killed
+// Group holds the processes running now, so that they can all be killed
 // on the way out, whatever the path.
-type children struct {
+type Group struct {
 	mu   sync.Mutex
-	list []*child
+	list []*Child
 }
 
-func (cs *children) add(c *child) {
+// Add adds c to the group.
+func (cs *Group) Add(c *Child) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	cs.list = append(cs.list, c)
 }
 
-// killAll kills every child still running.
-func (cs *children) killAll() {
+// KillAll kills every child still running.
+func (cs *Group) KillAll() {
 	cs.mu.Lock()
 	list := cs.list
 	cs.list = nil
 	cs.mu.Unlock()
 	for _, c := range list {
-		c.kill()
+		c.Kill()
 	}
 }
