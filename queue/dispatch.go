@@ -62,7 +62,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 		args = append(args, key, s.budgets[key].units)
 	}
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why},
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth},
 		args...).Slice()
 	if err != nil {
 		return 0, err

@@ -24,6 +24,11 @@ type EnqueueRequest struct {
 	Cost       int64           `json:"cost,omitempty"`
 	MaxRetry   int             `json:"max_retry,omitempty"`
 	Timeout    string          `json:"timeout,omitempty"` // a Go duration, e.g. "30s"
+	// RunAt is when the job becomes due, RFC 3339 ("2026-11-27T09:00:00Z");
+	// RunIn the same relative to the request, a Go duration ("10m"). At
+	// most one of the two; neither: due at once (Job.RunAt).
+	RunAt string `json:"run_at,omitempty"`
+	RunIn string `json:"run_in,omitempty"`
 }
 
 // EnqueueResponse is the JSON body of every answer of the endpoint.

@@ -41,6 +41,8 @@ const (
 	// DefaultMaxPayload is the largest payload accepted unless the
 	// Producer's config says otherwise.
 	DefaultMaxPayload = 1 << 20
+	// MaxDelay is the furthest ahead of its enqueue a job's RunAt may be.
+	MaxDelay = 366 * 24 * time.Hour
 )
 
 // Job is one unit of work.
@@ -76,6 +78,13 @@ type Job struct {
 	// Timeout bounds one run of the handler. Default 30 minutes. asynq
 	// keeps it in whole seconds: it is rounded up to the next second.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// RunAt, when later than the enqueue, is when the job becomes due: it
+	// waits apart from its tenant's list until then, holding none of the
+	// tenant's other jobs back, and then joins the tail of that list to
+	// take its tenant's normal turn. It counts against the queue's Bound
+	// from the moment it is accepted. At most MaxDelay ahead; zero or a
+	// past time: due at once. (docs/queue.md, Jobs for later)
+	RunAt time.Time `json:"run_at,omitzero"`
 
 	// Set by the queue. nonce is random for each accepted enqueue: with
 	// the ID it names the job's asynq tasks (taskID). moves counts
@@ -193,6 +202,8 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("max_retry must be at most %d, got %d", math.MaxInt32-1, j.MaxRetry)
 	case j.Timeout < 0:
 		return invalid("timeout must not be negative, got %v", j.Timeout)
+	case time.Until(j.RunAt) > MaxDelay:
+		return invalid("run_at %s is more than %v ahead", j.RunAt.UTC().Format(time.RFC3339), MaxDelay)
 	}
 	return nil
 }

@@ -34,6 +34,25 @@ func ParseJob(data []byte) (Job, error) {
 		}
 		job.Timeout = d
 	}
+	switch {
+	case req.RunAt != "" && req.RunIn != "":
+		return Job{}, invalid("give run_at or run_in, not both")
+	case req.RunAt != "":
+		t, err := time.Parse(time.RFC3339Nano, req.RunAt)
+		if err != nil {
+			return Job{}, invalid("run_at: want RFC 3339, such as 2026-11-27T09:00:00Z: %v", err)
+		}
+		job.RunAt = t
+	case req.RunIn != "":
+		d, err := time.ParseDuration(req.RunIn)
+		if err != nil {
+			return Job{}, invalid("run_in: %v", err)
+		}
+		if d < 0 {
+			return Job{}, invalid("run_in must not be negative, got %v", d)
+		}
+		job.RunAt = time.Now().Add(d)
+	}
 	return job, nil
 }
 

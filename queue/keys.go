@@ -10,7 +10,10 @@ const DefaultPrefix = "sluice:q"
 // (docs/queue.md, Keys).
 type keys struct {
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
-	tenantPrefix, admPrefix                                      string
+	// later holds the jobs not due yet (by due time); ldepth counts them
+	// per tenant.
+	later, ldepth           string
+	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
 }
@@ -28,6 +31,8 @@ func newKeys(prefix, queue string) keys {
 		sleep:        k("sleep"),
 		why:          k("why"),
 		ids:          k("ids"),
+		later:        k("later"),
+		ldepth:       k("ldepth"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",

@@ -200,10 +200,14 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	k := p.keys
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
 	admKey := k.admission(cmp.Or(alg, "none"), enc)
+	due := int64(0)
+	if !job.RunAt.IsZero() {
+		due = max(job.RunAt.UnixMicro(), 1)
+	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids},
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth},
 		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now()).Int64Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Int64Slice()
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}
@@ -243,6 +247,9 @@ type Stats struct {
 	Tenants int64
 	// Sleeping counts tenants skipped until their throttle has room.
 	Sleeping int64
+	// Later counts the jobs not due yet (Job.RunAt), which Depth
+	// includes.
+	Later int64
 	// ByClass counts the jobs waiting (not yet handed to asynq) per
 	// tenant metrics class.
 	ByClass map[string]int64
@@ -256,12 +263,13 @@ func (p *Producer) Stats(ctx context.Context) (Stats, error) {
 	handed := pipe.LLen(ctx, k.asynqPending)
 	tenants := pipe.SCard(ctx, k.members)
 	sleeping := pipe.ZCard(ctx, k.sleep)
+	later := pipe.ZCard(ctx, k.later)
 	classes := pipe.HGetAll(ctx, k.cdepth)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Stats{}, err
 	}
 	d, _ := depth.Int64()
-	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), ByClass: map[string]int64{}}
+	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), Later: later.Val(), ByClass: map[string]int64{}}
 	// The scripts count every class but the default one (most jobs, one
 	// command less each); the default class has the rest of the depth.
 	rest := d
@@ -279,13 +287,20 @@ func (p *Producer) Stats(ctx context.Context) (Stats, error) {
 }
 
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
-// jobs in the waiting room, not yet handed to asynq.
+// jobs in the waiting room, not yet handed to asynq, due or for later.
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
-	_, list, err := p.keys.tenant(tenant)
+	enc, list, err := p.keys.tenant(tenant)
 	if err != nil {
 		return 0, err
 	}
-	return p.client.LLen(ctx, list).Result()
+	pipe := p.client.Pipeline()
+	due := pipe.LLen(ctx, list)
+	later := pipe.HGet(ctx, p.keys.ldepth, enc)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	n, _ := later.Int64()
+	return due.Val() + n, nil
 }
 
 // Sleeper is a tenant skipped by the dispatcher until a time: its

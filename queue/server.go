@@ -248,7 +248,8 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	}
 	if first {
 		s.metrics.starts.Inc()
-		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(job.enqueuedAt).Seconds())
+		// A job for later waits from when it is due.
+		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(latest(job.enqueuedAt, job.RunAt)).Seconds())
 	}
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
@@ -259,6 +260,14 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // tooFar says why a job whose slot is beyond its downstream's max_wait

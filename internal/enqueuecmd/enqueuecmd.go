@@ -35,15 +35,18 @@ const (
 type options struct {
 	redis                 redisconn.Flags
 	policy, payload, file string
+	runAt                 string
 	wait, quiet           bool
-	maxWait               time.Duration
+	maxWait, runIn        time.Duration
 }
 
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `usage:
   enqueue -policy policy.yaml -tenant T -type X [-payload JSON] [-downstream D] [-id ID] [-cost N]
+          [-run-at 2026-11-27T09:00:00Z | -run-in 10m]
   enqueue -policy policy.yaml -f jobs.jsonl     (or -f - for standard input; one JSON job per line:
-          {"tenant":"t","type":"x","payload":{...},"downstream":"d","id":"...","cost":1})
+          {"tenant":"t","type":"x","payload":{...},"downstream":"d","id":"...","cost":1,
+           "run_in":"10m" or "run_at":"2026-11-27T09:00:00Z"})
   enqueue -policy policy.yaml stats
 
 `)
@@ -84,6 +87,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	fs.StringVar(&job.Downstream, "downstream", "", "the downstream the job calls")
 	fs.Int64Var(&job.Cost, "cost", 0, "the job's cost in admission and quota units (default 1)")
 	fs.IntVar(&job.MaxRetry, "max-retry", 0, "retries on failure (default 25; -1 for none)")
+	fs.StringVar(&o.runAt, "run-at", "", "when the job becomes due, RFC 3339 (default: at once)")
+	fs.DurationVar(&o.runIn, "run-in", 0, "when the job becomes due, from now (e.g. 10m)")
 	fs.StringVar(&o.file, "f", "", "read jobs as JSON lines from this file (- for standard input)")
 	fs.BoolVar(&o.wait, "wait", false, "when refused, wait as the refusal says and try again (up to -max-wait)")
 	fs.DurationVar(&o.maxWait, "max-wait", 5*time.Minute, "with -wait, the longest to keep trying one job")
@@ -147,6 +152,20 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return bulk(ctx, p, o, name, in, stdout, stderr)
 	}
 	job.Payload = []byte(o.payload)
+	switch {
+	case o.runAt != "" && o.runIn != 0:
+		return bad("give -run-at or -run-in, not both")
+	case o.runIn < 0:
+		return bad(fmt.Sprintf("-run-in must not be negative, got %v", o.runIn))
+	case o.runIn > 0:
+		job.RunAt = time.Now().Add(o.runIn)
+	case o.runAt != "":
+		t, err := time.Parse(time.RFC3339Nano, o.runAt)
+		if err != nil {
+			return bad(fmt.Sprintf("-run-at: want RFC 3339, such as 2026-11-27T09:00:00Z: %v", err))
+		}
+		job.RunAt = t
+	}
 	r, code, err := one(ctx, p, job, o)
 	if err != nil {
 		explain(stderr, "", code, err)
@@ -295,6 +314,7 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdou
 	fmt.Fprintf(stdout, "queue %s\n", cfg.Queue.Name)
 	fmt.Fprintf(stdout, "  depth        %d of %d (waiting to start: in the waiting room, or in asynq's pending list)\n", st.Depth, cfg.Queue.Bound)
 	fmt.Fprintf(stdout, "  pending      %d in asynq's pending list (prefetch %d)\n", st.HandedOver, cfg.Queue.Prefetch)
+	fmt.Fprintf(stdout, "  later        %d not due yet (run_at), counted in the depth\n", st.Later)
 	fmt.Fprintf(stdout, "  tenants      %d with jobs, %d asleep\n", st.Tenants, st.Sleeping)
 	now := time.Now()
 	for _, s := range sleepers {

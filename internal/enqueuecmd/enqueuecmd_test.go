@@ -202,3 +202,35 @@ func TestBulkOneMeaning(t *testing.T) {
 		t.Fatalf("line 3 alone: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// TestRunLater: -run-in and -run-at enqueue a job for later, which stats
+// shows; both at once, a negative -run-in and a bad -run-at are usage
+// errors that enqueue nothing; so is a run_in in a file line given with
+// run_at.
+func TestRunLater(t *testing.T) {
+	c := newCLI(t, 100)
+	if code, out, errs := c.run("", "-tenant", "acme", "-type", "x", "-run-in", "10m"); code != ExitOK {
+		t.Fatalf("-run-in: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, out, errs := c.run("", "-tenant", "acme", "-type", "x", "-run-at", "2099-01-01T00:00:00Z"); code != ExitUsage || !strings.Contains(errs, "run_at") {
+		t.Fatalf("-run-at beyond the furthest delay: exit %d, stdout %q, stderr %q; want a usage error", code, out, errs)
+	}
+	for _, args := range [][]string{
+		{"-run-in", "1m", "-run-at", "2030-01-01T00:00:00Z"},
+		{"-run-in", "-1m"},
+		{"-run-at", "tomorrow"},
+	} {
+		code, _, errs := c.run("", append([]string{"-tenant", "acme", "-type", "x"}, args...)...)
+		if code != ExitUsage || errs == "" {
+			t.Errorf("%v: exit %d, stderr %q; want a usage error", args, code, errs)
+		}
+	}
+	code, out, _ := c.run(`{"tenant":"a","type":"x","run_in":"1m","run_at":"2030-01-01T00:00:00Z"}`+"\n", "-f", "-")
+	if code == ExitOK {
+		t.Fatalf("a line with run_in and run_at: exit 0, stdout %q", out)
+	}
+	code, out, _ = c.run("", "stats")
+	if code != ExitOK || !strings.Contains(out, "depth        1 of 100") || !strings.Contains(out, "later        1 not due yet") {
+		t.Fatalf("stats: exit %d\n%s; want the one job for later", code, out)
+	}
+}

@@ -15,7 +15,8 @@
 --          5 turns hash (jobs taken in the current turn), 6 meta hash,
 --          7 per-class count of waiting jobs, 8 ids hash, 9 asynq's
 --          pending list (see queue_handover.lua), 10 why each tenant
---          sleeps (see queue_sleep.lua)
+--          sleeps (see queue_sleep.lua), 11 jobs for later, 12 jobs for
+--          later per tenant (see queue_enqueue.lua)
 -- ARGV     1 prefetch (the most tasks asynq's pending list may hold
 --          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
@@ -38,7 +39,8 @@
 --          {1, tenant, entry}           a job to check before taking
 --          {4, tenant, text}            text that is no entry
 --          {0, wait µs}                 nothing ready; the next sleeper
---                                       wakes in wait µs (-1: none)
+--                                       wakes, or the next job for later
+--                                       is due, in wait µs (-1: none)
 --          {2, pending}                 prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
   taskprefix = ARGV[6], retention = ARGV[7]}
@@ -69,13 +71,30 @@ local function reply(n, more)
   for _, k in ipairs(order) do r[#r + 1] = budget[k] end
   return r
 end
+local n, empties, more = 0, 0, 0
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
   redis.call('ZREM', KEYS[2], t)
   redis.call('HDEL', KEYS[10], t)
   redis.call('RPUSH', KEYS[1], t)
 end
-local n, empties, more = 0, 0, 0
+local due = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'LIMIT', 0, 1000)
+if #due > 0 then
+  local back = {}
+  for _, m in ipairs(due) do
+    local sp = string.find(m, ' ', 1, true)
+    local t = string.sub(m, 1, sp - 1)
+    if redis.call('RPUSH', ARGV[2] .. t, string.sub(m, sp + 1)) == 1 and redis.call('SADD', KEYS[3], t) == 1 then
+      redis.call('RPUSH', KEYS[1], t)
+    end
+    back[t] = (back[t] or 0) + 1
+  end
+  for t, c in pairs(back) do
+    if redis.call('HINCRBY', KEYS[12], t, -c) <= 0 then redis.call('HDEL', KEYS[12], t) end
+  end
+  redis.call('ZREM', KEYS[11], unpack(due))
+  if #due == 1000 then more = 1 end
+end
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
 local weights, weighted = {}, redis.call('HLEN', KEYS[4]) > 0
@@ -149,10 +168,12 @@ if n > 0 or more == 1 then
   if more == 0 and handed + n >= tonumber(ARGV[1]) then more = 2 end
   return reply(n, more)
 end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first[2] then
-  local wait = tonumber(first[2]) - now
-  if wait < 0 then wait = 0 end
-  return {0, wait}
+local wait = -1
+for _, k in ipairs({KEYS[2], KEYS[11]}) do
+  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local w = math.max(0, tonumber(first[2]) - now)
+    if wait < 0 or w < wait then wait = w end
+  end
 end
-return {0, -1}
+return {0, wait}

@@ -7,7 +7,9 @@
 -- whose id is waiting in the room already is refused first, writing
 -- nothing: the same check and the same step, so that of concurrent
 -- producers sending one id exactly one gets in. A tenant's backlog is its
--- jobs in the waiting room.
+-- jobs in the waiting room, due or for later. A job due later waits in
+-- the sorted set of jobs for later until a claim (queue_claim.lua) moves
+-- it to the tail of its tenant's list.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of
@@ -25,7 +27,8 @@
 --          ("default" is not counted), 13 the job's scoped id
 --          (queue.Job.ScopedID; "" for an id the producer chose, which is
 --          not recorded), 14 now in µs
---          ("" for the server's TIME)
+--          ("" for the server's TIME), 15 when the job is due, in µs
+--          ("0": at once)
 -- Returns  {0, depth after, remaining, reset µs} admitted and queued
 --          {1, depth, bound, 0}         queue full
 --          {2, tenant depth, tenant bound, 0} tenant's backlog full
@@ -49,19 +52,23 @@ end
 local depth = room + redis.call('LLEN', KEYS[5])
 if depth >= bound then return refuse({1, depth, bound, 0}) end
 if tbound > 0 then
-  local tdepth = redis.call('LLEN', KEYS[4])
+  local tdepth = redis.call('LLEN', KEYS[4]) + tonumber(redis.call('HGET', KEYS[11], tenant) or '0')
   if tdepth >= tbound then return refuse({2, tdepth, tbound, 0}) end
 end
 local d = {1, 0, 0, 0}
+local due, now, pad = tonumber(ARGV[15]), nil, nil
+if ARGV[5] ~= '' or due > 0 then now, pad = clock(ARGV[14]) end
 if ARGV[5] ~= '' then
-  local now, pad = clock(ARGV[14])
   d = admit(KEYS[6], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
     tonumber(ARGV[4]), true, now, pad)
   if d[1] == 0 then return refuse({3, d[2], d[3], d[4]}) end
 end
--- A tenant whose list held jobs already is in the ring or asleep (a
--- tenant leaves both only when a claim finds its list empty).
-if redis.call('RPUSH', KEYS[4], ARGV[2]) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
+if due > 0 and due > now then
+  redis.call('ZADD', KEYS[10], int(due), tenant .. ' ' .. ARGV[2])
+  redis.call('HINCRBY', KEYS[11], tenant, 1)
+elseif redis.call('RPUSH', KEYS[4], ARGV[2]) == 1 and redis.call('SADD', KEYS[3], tenant) == 1 then
+  -- A tenant whose list held jobs already is in the ring or asleep (a
+  -- tenant leaves both only when a claim finds its list empty).
   redis.call('RPUSH', KEYS[2], tenant)
 end
 -- The default weight (1) is not stored and the default class not counted
