@@ -74,7 +74,8 @@ type Handler struct {
 	Resolve func(job *queue.Job, rawURL string) (queue.Downstream, error)
 	// Throttle receives pauses. Required.
 	Throttle *throttle.Throttle
-	// Base sends the requests; default http.DefaultTransport.
+	// Base sends the requests; default downstream.Transport's (NewBase:
+	// a response header of at most downstream.MaxResponseHeaderBytes).
 	Base http.RoundTripper
 	// Metrics counts responses; nil for none.
 	Metrics *downstream.Metrics
