@@ -65,7 +65,9 @@ type Request struct {
 //   - 2xx: done;
 //   - 429, or 503: the downstream is paused fleet-wide (by Retry-After, or
 //     the RateLimit fields, or downstream.DefaultBackoff) and the job
-//     rescheduled for then, spending no retry;
+//     rescheduled for then, spending no retry (queue.Refused); a job
+//     refused its downstream's MaxRefusals times is archived, with the
+//     last status in the error;
 //   - other 5xx and network errors: retried with backoff;
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
@@ -156,7 +158,8 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		// Again when the pause the Transport set for the fleet ends (PauseOf
 		// is never 0 for a 429 or 503).
-		return queue.Reschedule(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		// A refusal: the job is archived at the downstream's max_refusals.
+		return queue.Refused(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
 		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
 	default:

@@ -85,12 +85,12 @@ func TestOutcomes(t *testing.T) {
 		{204, nil, ok, func(err error) bool { return err == nil }, "done"},
 		{429, http.Header{"Retry-After": {"7"}}, ok, func(err error) bool {
 			var re *queue.RescheduleError
-			return errors.As(err, &re) && re.After == 7*time.Second
-		}, "rescheduled for Retry-After"},
+			return errors.As(err, &re) && re.After == 7*time.Second && re.Refused
+		}, "rescheduled for Retry-After, a refusal"},
 		{503, nil, ok, func(err error) bool {
 			var re *queue.RescheduleError
-			return errors.As(err, &re) && re.After == downstream.DefaultBackoff
-		}, "rescheduled after the default backoff"},
+			return errors.As(err, &re) && re.After == downstream.DefaultBackoff && re.Refused
+		}, "rescheduled after the default backoff, a refusal"},
 		{500, nil, ok, func(err error) bool {
 			var re *queue.RescheduleError
 			return err != nil && !errors.As(err, &re) && !strings.Contains(err.Error(), "answer body")
