@@ -35,10 +35,20 @@ type Feedback struct {
 	Reset     time.Duration
 }
 
-// ParseFeedback reads a response's status and headers at time now. It
-// never fails: a malformed value is ignored and its field stays unknown.
-// Header names match case-insensitively. Every duration is a whole number
-// of milliseconds (rounded up), at most MaxStatedDuration.
+// ParseFeedback reads a response's status and headers. It never fails: a
+// malformed value is ignored and its field stays unknown. Header names
+// match case-insensitively. Every duration is a whole number of
+// milliseconds (rounded up), at most MaxStatedDuration.
+//
+// An absolute time the response states (a Retry-After or RateLimit-
+// ResetTime date, an epoch reset, an RFC 3339 reset) is on the
+// downstream's clock, so it is read against the response's Date header,
+// on the same clock: Retry-After minus Date is the wait, whatever the
+// host's clock says. Only a response without a valid Date is read
+// against now, the host's clock. Date has whole seconds, and a server
+// writes it rounded down, so a wait read against it is up to a second
+// long, never short. Delta values (Retry-After: 30, reset=30) need no
+// clock.
 //
 // Remaining and Reset come from one header family, the first in this
 // order that states a remaining quota or a reset: RateLimit (draft-07
@@ -51,6 +61,9 @@ type Feedback struct {
 // reset.
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	h = canonicalHeader(h)
+	if date, ok := responseDate(h); ok {
+		now = date
+	}
 	f := Feedback{Remaining: -1}
 	f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After"), now, parseRetryAfter)
 	for _, read := range families {
@@ -364,9 +377,31 @@ func ceilDuration(d time.Duration) time.Duration {
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
 
-// canonicalHeader returns a copy of h that merges the values of keys
-// differing only in case, in key order.
+// responseDate reads the first valid Date of a canonical header.
+func responseDate(h http.Header) (time.Time, bool) {
+	for _, v := range h.Values("Date") {
+		if t, err := http.ParseTime(trimOWS(v)); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// canonicalHeader returns h when its keys are canonical already (as
+// net/http's client leaves a response's), else a copy of h that merges
+// the values of keys differing only in case, in key order. A response's
+// header map may be large: it is not copied when it need not be.
 func canonicalHeader(h http.Header) http.Header {
+	canonical := true
+	for k := range h {
+		if http.CanonicalHeaderKey(k) != k {
+			canonical = false
+			break
+		}
+	}
+	if canonical {
+		return h
+	}
 	c := make(http.Header, len(h))
 	for _, k := range slices.Sorted(maps.Keys(h)) {
 		ck := http.CanonicalHeaderKey(k)

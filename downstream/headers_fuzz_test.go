@@ -224,7 +224,7 @@ var fuzzHeaderNames = []string{
 	"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens",
 	"anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset",
 	"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset",
-	"X-Shopify-Shop-Api-Call-Limit", "X-Unrelated",
+	"X-Shopify-Shop-Api-Call-Limit", "X-Unrelated", "Date",
 }
 
 // fuzzHeaderName picks a name by n's low bits and spells it by its high
@@ -246,6 +246,7 @@ func FuzzParseFeedback(f *testing.F) {
 	f.Add(200, uint8(17), "0", uint8(18), "6m0s", uint8(0x40|15), "60", testNow.Unix())
 	f.Add(503, uint8(0x80), "Sun, 01 Jun 2025 12:00:10 GMT", uint8(26), "40/40", uint8(11), "64.57", int64(0))
 	f.Add(429, uint8(0), "99999999999999999999", uint8(9), "-1", uint8(4), "abc", int64(math.MinInt64))
+	f.Add(429, uint8(0), "Sun, 01 Jun 2025 13:00:05 GMT", uint8(28), "Sun, 01 Jun 2025 13:00:00 GMT", uint8(10), "1748782830", testNow.Unix())
 	f.Fuzz(func(t *testing.T, status int, n1 uint8, v1 string, n2 uint8, v2 string, n3 uint8, v3 string, unix int64) {
 		h := http.Header{}
 		for _, kv := range []struct {
@@ -267,6 +268,12 @@ func FuzzParseFeedback(f *testing.F) {
 		}
 		if fb2 := ParseFeedback(status, h, now); fb2 != fb {
 			t.Fatalf("not deterministic: %+v then %+v", fb, fb2)
+		}
+		// With a valid Date, the host's clock plays no part.
+		if _, dated := responseDate(canonicalHeader(h)); dated {
+			if fbl := ParseFeedback(status, h, now.Add(-time.Hour)); fbl != fb {
+				t.Fatalf("with a Date, the host's clock changed the reading: %+v, then %+v", fb, fbl)
+			}
 		}
 		// Canonical and raw spellings of the same names read the same.
 		if fbc := ParseFeedback(status, canonicalHeader(h), now); fbc != fb {

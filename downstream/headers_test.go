@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
@@ -572,6 +573,84 @@ func TestParseFeedbackMalformed(t *testing.T) {
 	checkFeedback(t, feedbackStep{"mixed lines", 200, hdr(
 		"X-RateLimit-Remaining", "x", "X-RateLimit-Remaining", "4", "X-RateLimit-Reset", "-3", "X-RateLimit-Reset", "9"),
 		fb(4, 9*time.Second)})
+}
+
+// TestParseFeedbackOnTheResponsesClock: an absolute time (a date, an
+// epoch reset) is read against the response's Date, so a host whose clock
+// is an hour off reads the wait the downstream meant; only a response
+// without a valid Date is read on the host's clock (testNow). The server's
+// clock, serverNow, is an hour ahead of the host's (the host is slow) or
+// behind it (fast).
+func TestParseFeedbackOnTheResponsesClock(t *testing.T) {
+	for _, skew := range []time.Duration{time.Hour, -time.Hour, 0} {
+		serverNow := testNow.Add(skew).Truncate(time.Second) // Date has whole seconds
+		date := func(d time.Duration) string { return serverNow.Add(d).UTC().Format(http.TimeFormat) }
+		unix := func(d time.Duration) string { return strconv.FormatInt(serverNow.Add(d).Unix(), 10) }
+		withDate := func(kv ...string) http.Header { return hdr(append(kv, "Date", date(0))...) }
+		for _, s := range []feedbackStep{
+			{"Retry-After date", 429, withDate("Retry-After", date(5*time.Second)),
+				fb(-1, 0).limited().retry(5 * time.Second)},
+			{"Retry-After date, lower-case date", 429, hdr("Retry-After", date(5*time.Second), "date", date(0)),
+				fb(-1, 0).limited().retry(5 * time.Second)},
+			{"Retry-After date past", 429, withDate("Retry-After", date(-5*time.Second)),
+				fb(-1, 0).limited().retry(0)},
+			{"Retry-After delta", 429, withDate("Retry-After", "5"),
+				fb(-1, 0).limited().retry(5 * time.Second)},
+			{"epoch reset", 200, withDate("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", unix(30*time.Second)),
+				fb(0, 30*time.Second)},
+			{"epoch reset in milliseconds", 200, withDate("X-RateLimit-Remaining", "0",
+				"X-RateLimit-Reset", strconv.FormatInt(serverNow.Add(1500*time.Millisecond).UnixMilli(), 10)),
+				fb(0, 1500*time.Millisecond)},
+			{"GitLab reset time", 200, withDate("RateLimit-Remaining", "0", "RateLimit-ResetTime", date(40*time.Second)),
+				fb(0, 40*time.Second)},
+			{"Anthropic RFC 3339", 200, withDate("Anthropic-Ratelimit-Requests-Remaining", "0",
+				"Anthropic-Ratelimit-Requests-Reset", serverNow.Add(20*time.Second).Format(time.RFC3339)),
+				fb(0, 20*time.Second)},
+			{"the first valid Date", 429, hdr("Date", "yesterday", "Date", date(0), "Date", date(time.Hour),
+				"Retry-After", date(5*time.Second)),
+				fb(-1, 0).limited().retry(5 * time.Second)},
+		} {
+			s.name = fmt.Sprintf("server clock %v: %s", skew, s.name)
+			checkFeedback(t, s)
+		}
+	}
+	// Without a valid Date, the host's clock: the downstream's date 5 s
+	// after its own now reads as an hour and 5 s on a host an hour slow.
+	ahead := testNow.Add(time.Hour + 5*time.Second).UTC().Format(http.TimeFormat)
+	for _, h := range []http.Header{hdr("Retry-After", ahead), hdr("Retry-After", ahead, "Date", "Sun, 32 Jun 2025 12:00:00 GMT")} {
+		checkFeedback(t, feedbackStep{"no valid Date", 429, h, fb(-1, 0).limited().retry(time.Hour + 4750*time.Millisecond)})
+	}
+}
+
+// TestPauseOfSkewedHost: the reported fault. A host an hour slow, told
+// Retry-After 5 s ahead of the response's Date (or an epoch reset 5 s
+// ahead), pauses the fleet for 5 s, not for DefaultMaxPause; a host an
+// hour fast pauses for 5 s, not the default backoff.
+func TestPauseOfSkewedHost(t *testing.T) {
+	for _, skew := range []time.Duration{time.Hour, -time.Hour} {
+		server := testNow.Add(skew).Truncate(time.Second)
+		date := server.UTC().Format(http.TimeFormat)
+		for _, h := range []http.Header{
+			{"Date": {date}, "Retry-After": {server.Add(5 * time.Second).UTC().Format(http.TimeFormat)}},
+			{"Date": {date}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {strconv.FormatInt(server.Unix()+5, 10)}},
+		} {
+			if got := pauseAt(http.StatusTooManyRequests, h, testNow); got != 5*time.Second {
+				t.Errorf("server clock %v, %v: pause %v, want 5s", skew, h, got)
+			}
+		}
+	}
+}
+
+// TestParseFeedbackDoesNotCopyACanonicalHeader: a response's header map,
+// canonical as net/http's client leaves it, is read in place.
+func TestParseFeedbackDoesNotCopyACanonicalHeader(t *testing.T) {
+	h := http.Header{"Retry-After": {"5"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"30"}}
+	for i := range 1000 {
+		h.Set("X-Pad-"+strconv.Itoa(i), "x")
+	}
+	if allocs := testing.AllocsPerRun(10, func() { ParseFeedback(429, h, testNow) }); allocs > 100 {
+		t.Errorf("ParseFeedback of 1,003 canonical fields: %.0f allocations a call; want no copy of the map", allocs)
+	}
 }
 
 // TestPauseOf runs whole responses through ParseFeedback and the pause

@@ -25,6 +25,32 @@ const (
 	DefaultMaxPause = 10 * time.Minute
 )
 
+// MaxResponseHeaderBytes is how much of a response's header the
+// transport NewBase returns reads, 64 KiB: an API's answer needs a few
+// KiB, and Go's own limit, 10 MB a response, would let a downstream (or
+// whoever answers for it) fill a worker's memory with header fields. A
+// response with more fails as a network error does.
+const MaxResponseHeaderBytes = 64 << 10
+
+// NewBase returns a new http.Transport with the settings of
+// http.DefaultTransport, but for a response header limited to
+// MaxResponseHeaderBytes. Transport and the queue's HTTP job send through
+// one of these unless given a Base; a program that sets its own Base
+// should set the same limit.
+func NewBase() *http.Transport {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok { // a program replaced it
+		t = &http.Transport{Proxy: http.ProxyFromEnvironment}
+	}
+	t = t.Clone()
+	t.MaxResponseHeaderBytes = MaxResponseHeaderBytes
+	return t
+}
+
+// defaultBase is the Base of a Transport that names none: one for the
+// process, so that its connections are kept and shared.
+var defaultBase = sync.OnceValue(func() http.RoundTripper { return NewBase() })
+
 // Transport is an http.RoundTripper that paces requests through a shared
 // throttle: before each request it waits for the key's next slot
 // (fleet-wide), and after each response it pauses the whole fleet on that
@@ -35,7 +61,8 @@ const (
 // *url.Error); a request made with Redis unreachable fails with
 // throttle.ErrUnavailable unless the Throttle has a fallback.
 type Transport struct {
-	// Base performs the requests; default http.DefaultTransport.
+	// Base performs the requests; default a transport of NewBase's, shared
+	// by the process.
 	Base http.RoundTripper
 	// Throttle paces the requests. Required.
 	Throttle *throttle.Throttle
@@ -69,7 +96,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Throttle == nil {
 		return nil, errors.New("sluice: downstream.Transport: nil Throttle")
 	}
-	ctx, key, base := req.Context(), req.URL.Host, cmp.Or(t.Base, http.DefaultTransport)
+	ctx, key, base := req.Context(), req.URL.Host, cmp.Or(t.Base, defaultBase())
 	if t.Key != nil {
 		key = t.Key(req)
 	}

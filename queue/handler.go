@@ -84,10 +84,14 @@ func (mux *ServeMux) ProcessJob(ctx context.Context, job *Job) error {
 }
 
 // RescheduleError asks the queue to run the job again after After, without
-// spending a retry. Return it with Reschedule.
+// spending a retry. Return it with Reschedule, or with Refused when the
+// job's downstream refused the call for its rate.
 type RescheduleError struct {
 	After  time.Duration
 	Reason string
+	// Refused marks a refusal by the job's downstream (Refused): the job
+	// counts it, and is archived at the downstream's MaxRefusals.
+	Refused bool
 }
 
 func (e *RescheduleError) Error() string {
@@ -99,6 +103,16 @@ func (e *RescheduleError) Error() string {
 // until then. No retry is spent.
 func Reschedule(d time.Duration, reason string) error {
 	return &RescheduleError{After: d, Reason: reason}
+}
+
+// Refused returns an error that reschedules the job as Reschedule does,
+// spending no retry, and counts one refusal of the job by its downstream
+// (a 429, or a 503: the built-in HTTP job returns it for those). A job
+// refused its downstream's MaxRefusals times (DefaultMaxRefusals unless
+// the policy says) is archived instead, with an error wrapping
+// ErrRefusedTooOften, so that a call that is always refused ends.
+func Refused(d time.Duration, reason string) error {
+	return &RescheduleError{After: d, Reason: reason, Refused: true}
 }
 
 // permanentError is err, marked with asynq.SkipRetry: asynq archives the

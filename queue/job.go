@@ -88,11 +88,12 @@ type Job struct {
 
 	// Set by the queue. nonce is random for each accepted enqueue: with
 	// the ID it names the job's asynq tasks (taskID). moves counts
-	// hand-overs to asynq.
+	// hand-overs to asynq; refused, the downstream's refusals (Refused).
 	nonce      string
 	enqueuedAt time.Time
 	retried    int
 	moves      int
+	refused    int
 	class      string
 }
 
@@ -101,6 +102,10 @@ func (j *Job) EnqueuedAt() time.Time { return j.enqueuedAt }
 
 // Retried counts the job's failed runs so far.
 func (j *Job) Retried() int { return j.retried }
+
+// Refusals counts the times the job's downstream refused it so far
+// (handlers that returned Refused).
+func (j *Job) Refusals() int { return j.refused }
 
 // Class is the job's metrics class: its tenant's at enqueue, "default" if
 // none.
@@ -117,6 +122,9 @@ var (
 	ErrQueueFull = errors.New("sluice: queue full")
 	// ErrDuplicateJob is wrapped by *DuplicateJobError.
 	ErrDuplicateJob = errors.New("sluice: duplicate job")
+	// ErrRefusedTooOften is wrapped by the error of a job archived because
+	// its downstream refused it MaxRefusals times (Refused).
+	ErrRefusedTooOften = errors.New("sluice: refused by its downstream too often")
 )
 
 // RateLimitedError: the tenant's admission policy refused the job.
@@ -266,12 +274,13 @@ type envelope struct {
 	EnqueuedAt time.Time `json:"enqueued_at"`
 	Retried    int       `json:"retried,omitempty"`
 	Moves      int       `json:"moves,omitempty"`
+	Refused    int       `json:"refused,omitempty"`
 	Class      string    `json:"class,omitempty"`
 }
 
 // encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Class: j.class})
+	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class})
 	return string(b), err
 }
 
@@ -282,7 +291,7 @@ func decodeJob(s []byte) (*Job, error) {
 		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	j := e.Job
-	j.nonce, j.enqueuedAt, j.retried, j.moves, j.class = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Class
+	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
 	}

@@ -13,6 +13,7 @@ type Metrics struct {
 	handed, starts                  prometheus.Counter
 	waitStart                       *prometheus.HistogramVec
 	putBack, sleeps, putBackSeconds *prometheus.CounterVec
+	refusedOut                      *prometheus.CounterVec
 	backlog                         *prometheus.GaugeVec
 }
 
@@ -37,8 +38,10 @@ func NewMetrics(reg prometheus.Registerer, queue string) (*Metrics, error) {
 			Help: "Jobs put back in the waiting room because their slot was too far away.", ConstLabels: l}, []string{"downstream"}),
 		sleeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_tenant_sleeps_total",
 			Help: "Tenants skipped before dequeue because their throttle had no slot soon.", ConstLabels: l}, []string{"downstream"}),
+		refusedOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_refused_archived_total",
+			Help: "Jobs archived because their downstream refused them max_refusals times (429 or 503).", ConstLabels: l}, []string{"downstream"}),
 	}
-	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds); err != nil {
+	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -40,7 +40,18 @@ type Downstream struct {
 	// Headers are set on every built-in HTTP job's request, over the
 	// job's own (its credentials). The values are secrets: never logged.
 	Headers map[string]string
+	// MaxRefusals is how many times the downstream may refuse one job for
+	// its rate (a handler's Refused: the built-in HTTP job's 429 or 503)
+	// before the job is archived; 0 means DefaultMaxRefusals.
+	MaxRefusals int
 }
+
+// DefaultMaxRefusals is a Downstream's MaxRefusals unless it sets one:
+// with the downstream's pacing right a refusal is rare, and a job refused
+// 10 times is one the downstream will not take (a path that always
+// answers 429). Each refusal also pauses the downstream fleet-wide for
+// its Retry-After: the bound caps what one such job costs everyone.
+const DefaultMaxRefusals = 10
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
@@ -254,6 +265,10 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	err = h.ProcessJob(ctx, job)
 	var re *RescheduleError
 	if errors.As(err, &re) {
+		if re.Refused && s.refusedTooOften(job, d) {
+			return Permanent(fmt.Errorf("%w: job %s of tenant %.64q: downstream %q refused it %d times (max_refusals); the last: %s",
+				ErrRefusedTooOften, job.ID, job.Tenant, job.Downstream, job.refused, re.Reason))
+		}
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
 	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
@@ -268,6 +283,18 @@ func latest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// refusedTooOften counts a refusal of job by its downstream d, and
+// reports (and counts in the metrics) a job refused d's MaxRefusals
+// times.
+func (s *Server) refusedTooOften(job *Job, d Downstream) bool {
+	job.refused++
+	if job.refused < cmp.Or(d.MaxRefusals, DefaultMaxRefusals) {
+		return false
+	}
+	s.metrics.refusedOut.WithLabelValues(cmp.Or(d.Limit.Name, "none")).Inc()
+	return true
 }
 
 // tooFar says why a job whose slot is beyond its downstream's max_wait

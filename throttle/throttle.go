@@ -613,15 +613,26 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 // Backoff answers a refusal (a 429 or 503 with Retry-After) or a
 // downstream that says its budget is nearly spent: it pauses key for d, as
 // Pause does, and steps the fleet's share of lim's rate down to 95% of
-// what it was, and the ceiling it climbs back to to 98%. Refusals within d
-// of a step do not step again. docs/throttle.md (Adaptive pacing) has the
-// whole rule.
+// what it was, and the ceiling it climbs back to to 98%, never below
+// MinShare. Refusals within d of a step do not step again.
+// docs/throttle.md (Adaptive pacing) has the whole rule.
 func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
 	return t.pause(ctx, key, lim, d, true)
 }
 
 // shareFull is the whole rate in the scripts' basis points.
 const shareFull = 10000
+
+// MinShare is the least share of a Limit's rate that refusals step the
+// fleet's pace down to (Backoff): three quarters. Adaptive pacing finds
+// the few percent of margin that the jitter of real machines needs; a
+// caller whose every call is refused (a path that always answers 429)
+// steps the pace down at each refusal however well the rest goes, and
+// the floor bounds what it costs the calls that succeed. A pace that
+// stays at the floor while refusals go on says the Limit's rate is above
+// what the API allows: lower it. The scripts hold the same figure
+// (prelude.lua, SHARE_MIN).
+const MinShare = 0.75
 
 func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Duration, slow bool) (time.Duration, error) {
 	c, err := lim.compile()

@@ -4,7 +4,8 @@
 -- already set. With slow set (a refusal: 429 or 503, or an API that says
 -- its budget is nearly spent) the bucket's adaptive share also steps
 -- down, at most once per d: the ceiling to 98% of the share now and the
--- share to 95% of it (never below SHARE_MIN), from where both climb back
+-- share to 95% of it (never below SHARE_MIN, 75%: a caller that is always
+-- refused cannot drag the pace further), from where both climb back
 -- (prelude.lua, share). Further buckets (throttle.Limit.Also) move the
 -- same way, each by its own burst and interval.
 -- KEYS[1]  the bucket's hash (see throttle_reserve.lua)

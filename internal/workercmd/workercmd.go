@@ -225,7 +225,8 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	// keeps 2 idle connections a host: with more calls in flight to one
 	// downstream, every call beyond them would open (and close) a
 	// connection of its own, whose set-up delays the call past its slot.
-	base := http.DefaultTransport.(*http.Transport).Clone()
+	// NewBase limits a response's header to 64 KiB.
+	base := downstream.NewBase()
 	base.MaxIdleConnsPerHost = max(o.concurrency, 2)
 	w.handlers = queue.NewServeMux()
 	w.handlers.Handle(httpjob.Type, &httpjob.Handler{

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/urlerr"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
@@ -32,7 +33,10 @@ const Type = "sluice.http"
 // IdempotencyHeader is the header field in which a Type request
 // carries its job's id scoped by its tenant (queue.Job.ScopedID), so that
 // a downstream can recognise a repeat, and never takes one tenant's
-// request for a repeat of another's of the same id.
+// request for a repeat of another's of the same id. A key the payload
+// gives is scoped the same way: the tenant, encoded as in ScopedID, then
+// "/" and the key. The encoded tenant holds no "/", so no tenant can send
+// a key that another tenant's job sends.
 const IdempotencyHeader = "Idempotency-Key"
 
 // Request is the payload of a Type job.
@@ -42,8 +46,12 @@ type Request struct {
 	// URL must lie under the base URL of the job's downstream.
 	URL string `json:"url"`
 	// Header fields to send: names that are tokens, values without
-	// control characters but tab (CheckRequest). Idempotency-Key is the
-	// job's scoped id unless this sets it: to another value, or to "".
+	// control characters but tab (CheckRequest). Idempotency-Key
+	// (IdempotencyHeader) is the job's scoped id unless this sets it: ""
+	// sends none, and any other value is sent inside the job's tenant's
+	// scope, as ScopedID writes an id: "order-42" from tenant alice goes
+	// out as "=alice/order-42", "=alice/order-42" from tenant mallory as
+	// "=mallory/=alice/order-42".
 	Header map[string]string `json:"header,omitempty"`
 	// Body to send.
 	Body string `json:"body,omitempty"`
@@ -57,7 +65,9 @@ type Request struct {
 //   - 2xx: done;
 //   - 429, or 503: the downstream is paused fleet-wide (by Retry-After, or
 //     the RateLimit fields, or downstream.DefaultBackoff) and the job
-//     rescheduled for then, spending no retry;
+//     rescheduled for then, spending no retry (queue.Refused); a job
+//     refused its downstream's MaxRefusals times is archived, with the
+//     last status in the error;
 //   - other 5xx and network errors: retried with backoff;
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
@@ -74,7 +84,8 @@ type Handler struct {
 	Resolve func(job *queue.Job, rawURL string) (queue.Downstream, error)
 	// Throttle receives pauses. Required.
 	Throttle *throttle.Throttle
-	// Base sends the requests; default http.DefaultTransport.
+	// Base sends the requests; default downstream.Transport's (NewBase:
+	// a response header of at most downstream.MaxResponseHeaderBytes).
 	Base http.RoundTripper
 	// Metrics counts responses; nil for none.
 	Metrics *downstream.Metrics
@@ -117,12 +128,16 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// Say why without the URL: it may hold credentials.
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %s", Type, job.ID, urlerr.Reason(err)))
 	}
-	hr.Header.Set(IdempotencyHeader, job.ScopedID())
+	idem := job.ScopedID()
 	for k, v := range req.Header {
+		if http.CanonicalHeaderKey(k) == IdempotencyHeader {
+			idem = scoped(job, v)
+			continue
+		}
 		hr.Header.Set(k, v)
 	}
-	if hr.Header.Get(IdempotencyHeader) == "" {
-		hr.Header.Del(IdempotencyHeader)
+	if idem != "" {
+		hr.Header.Set(IdempotencyHeader, idem)
 	}
 	for k, v := range target.Headers {
 		hr.Header.Set(k, v)
@@ -143,12 +158,26 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		// Again when the pause the Transport set for the fleet ends (PauseOf
 		// is never 0 for a 429 or 503).
-		return queue.Reschedule(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
+		// A refusal: the job is archived at the downstream's max_refusals.
+		return queue.Refused(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
 		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
 	default:
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", Type, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
 	}
+}
+
+// scoped returns key, given by job's payload, inside job's tenant's
+// scope as ScopedID writes the job's id; "" stays "" (no key).
+func scoped(job *queue.Job, key string) string {
+	if key == "" {
+		return ""
+	}
+	enc, err := keyspace.Encode(job.Tenant)
+	if err != nil { // no tenant: never a job a Producer accepted
+		return ""
+	}
+	return enc + "/" + key
 }
 
 // redact removes the full URL (which may hold credentials or tokens in

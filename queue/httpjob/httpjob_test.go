@@ -85,12 +85,12 @@ func TestOutcomes(t *testing.T) {
 		{204, nil, ok, func(err error) bool { return err == nil }, "done"},
 		{429, http.Header{"Retry-After": {"7"}}, ok, func(err error) bool {
 			var re *queue.RescheduleError
-			return errors.As(err, &re) && re.After == 7*time.Second
-		}, "rescheduled for Retry-After"},
+			return errors.As(err, &re) && re.After == 7*time.Second && re.Refused
+		}, "rescheduled for Retry-After, a refusal"},
 		{503, nil, ok, func(err error) bool {
 			var re *queue.RescheduleError
-			return errors.As(err, &re) && re.After == downstream.DefaultBackoff
-		}, "rescheduled after the default backoff"},
+			return errors.As(err, &re) && re.After == downstream.DefaultBackoff && re.Refused
+		}, "rescheduled after the default backoff, a refusal"},
 		{500, nil, ok, func(err error) bool {
 			var re *queue.RescheduleError
 			return err != nil && !errors.As(err, &re) && !strings.Contains(err.Error(), "answer body")
@@ -109,9 +109,11 @@ func TestOutcomes(t *testing.T) {
 }
 
 // TestIdempotencyKey: the job's id, scoped by its tenant, goes out as
-// Idempotency-Key, the same on every run of the job, unless the payload
-// overrides it or turns it off; another tenant's job of the same id sends
-// another key (mallory's order-42 never passes for alice's).
+// Idempotency-Key, the same on every run of the job; a key the payload
+// gives goes out scoped by the tenant too, or none for ""; another
+// tenant's job of the same id sends another key (mallory's order-42 never
+// passes for alice's), and so does another tenant's payload that names
+// alice's key.
 func TestIdempotencyKey(t *testing.T) {
 	th := newThrottle(t)
 	got := make(chan []string, 1)
@@ -127,7 +129,8 @@ func TestIdempotencyKey(t *testing.T) {
 	}{
 		{``, []string{"=t/job-7"}},
 		{`,"header":{"X-Other":"1"}`, []string{"=t/job-7"}},
-		{`,"header":{"idempotency-key":"mine"}`, []string{"mine"}},
+		{`,"header":{"idempotency-key":"mine"}`, []string{"=t/mine"}},
+		{`,"header":{"Idempotency-Key":"=alice/order-42"}`, []string{"=t/=alice/order-42"}},
 		{`,"header":{"Idempotency-Key":""}`, nil},
 	} {
 		payload := `{"method":"POST","url":"` + api + `/x"` + c.header + `}`
@@ -140,18 +143,23 @@ func TestIdempotencyKey(t *testing.T) {
 			}
 		}
 	}
-	payload := []byte(`{"method":"POST","url":"` + api + `/x"}`)
-	for _, c := range []struct{ tenant, want string }{
-		{"mallory", "=mallory/order-42"},
-		{"alice", "=alice/order-42"},
+	plain := `{"method":"POST","url":"` + api + `/x"}`
+	// Mallory names alice's key in her payload, in any case.
+	borrowed := `{"method":"POST","url":"` + api + `/x","header":{"Idempotency-Key":"=alice/order-42"}}`
+	for _, c := range []struct{ tenant, payload, want string }{
+		{"mallory", plain, "=mallory/order-42"},
+		{"alice", plain, "=alice/order-42"},
+		{"mallory", borrowed, "=mallory/=alice/order-42"},
+		{"mallory", strings.Replace(borrowed, "Idempotency-Key", "IDEMPOTENCY-KEY", 1), "=mallory/=alice/order-42"},
 		// Not a verbatim key name: hashed, still a header-safe value.
-		{"alice:x", "#" + hex256("alice:x") + "/order-42"},
+		{"alice:x", plain, "#" + hex256("alice:x") + "/order-42"},
+		{"alice:x", borrowed, "#" + hex256("alice:x") + "/=alice/order-42"},
 	} {
-		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "order-42", Tenant: c.tenant, Type: Type, Downstream: "api", Payload: payload}); err != nil {
+		if err := job.ProcessJob(context.Background(), &queue.Job{ID: "order-42", Tenant: c.tenant, Type: Type, Downstream: "api", Payload: []byte(c.payload)}); err != nil {
 			t.Fatal(err)
 		}
 		if v := <-got; !slices.Equal(v, []string{c.want}) {
-			t.Errorf("tenant %q: Idempotency-Key %q, want %q", c.tenant, v, c.want)
+			t.Errorf("tenant %q, %s: Idempotency-Key %q, want %q", c.tenant, c.payload, v, c.want)
 		}
 	}
 }

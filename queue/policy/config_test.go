@@ -90,6 +90,7 @@ func TestEveryField(t *testing.T) {
 		"    lease: 2m",
 		"    per_tenant: true",
 		"    timeout: 1500ms",
+		"    max_refusals: 4",
 		"tenants:",
 		"  \"a:{b}\":",
 		"    algorithm: gcra",
@@ -113,8 +114,8 @@ func TestEveryField(t *testing.T) {
 	if d.Concurrency == nil || *d.Concurrency != (throttle.Concurrency{Name: "shop.api", Max: 3, Lease: 2 * time.Minute}) {
 		t.Errorf("Concurrency = %+v", d.Concurrency)
 	}
-	if !d.PerTenant || d.Timeout != 1500*time.Millisecond {
-		t.Errorf("PerTenant = %v, Timeout = %v", d.PerTenant, d.Timeout)
+	if !d.PerTenant || d.Timeout != 1500*time.Millisecond || d.MaxRefusals != 4 {
+		t.Errorf("PerTenant = %v, Timeout = %v, MaxRefusals = %d", d.PerTenant, d.Timeout, d.MaxRefusals)
 	}
 	tn := cfg.Tenants["a:{b}"]
 	want := algorithms.Policy{Algorithm: algorithms.GCRA, Limit: 5, Period: time.Second, Burst: 10}
@@ -341,6 +342,7 @@ func TestErrors(t *testing.T) {
 		{"burst too fine", doc(q, "downstreams:", "  s:", "    rate: 1", "    per: 8784h", "    burst: 1099511627776"), []string{"line 6:12: downstreams.s.burst: 1099511627776 units at 1 per 8784h0m0s is too fine-grained"}},
 		{"max_wait negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: -1s"), []string{"line 5:15: downstreams.s.max_wait: must not be negative, got -1s"}},
 		{"max_wait huge", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: 25h"), []string{"line 5:15: downstreams.s.max_wait: must be between 0s and 24h0m0s, got 25h0m0s"}},
+		{"max_refusals zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_refusals: 0"), []string{"line 5:19: downstreams.s.max_refusals: must be at least 1, got 0"}},
 		{"concurrency negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    concurrency: -1"), []string{"line 5:18: downstreams.s.concurrency: must be at least 0, got -1"}},
 		{"lease zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    concurrency: 1", "    lease: 0s"), []string{"line 6:12: downstreams.s.lease: must be between 1ms and 24h0m0s, got 0s"}},
 		{"per_tenant yes", doc(q, "downstreams:", "  s:", "    rate: 1", "    per_tenant: yes"), []string{"line 5:17: downstreams.s.per_tenant: must be true or false, got the string \"yes\""}},

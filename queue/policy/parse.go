@@ -61,6 +61,7 @@ type downstreamFile struct {
 	PerTenant   bool            `yaml:"per_tenant"`
 	Timeout     time.Duration   `yaml:"timeout"`
 	Headers     entries[string] `yaml:"headers"`
+	MaxRefusals int64           `yaml:"max_refusals"`
 }
 
 type rateFile struct {
