@@ -116,7 +116,7 @@ func (p *Producer) sample(ctx context.Context) error {
 	g := &p.mem
 	mems, err := redisconn.ReadMemory(ctx, p.client)
 	if err != nil {
-		return fmt.Errorf("sluice: enqueue to %q: reading Redis's memory (INFO memory): %w", p.cfg.Queue, err)
+		return fmt.Errorf("sluice: queue %q: reading Redis's memory (INFO memory): %w", p.cfg.Queue, err)
 	}
 	g.at, g.written, g.limit, g.resample, g.evicts = time.Now(), 0, 0, 0, nil
 	g.fullest = redisconn.Memory{}
@@ -165,11 +165,13 @@ func (p *Producer) roomFor(ctx context.Context, n int) error {
 
 // CheckRedis reads INFO memory of every Redis master now, as Enqueue
 // does at its first call and about every second after, and returns a
-// *RedisEvictsError when one may evict keys (unless
-// Config.AllowEviction), or the error reading it. The worker and the
-// enqueue CLI call it at start, to refuse an evicting Redis before
-// anything is written. A Redis whose INFO memory has no maxmemory fields
-// (miniredis, an INFO an ACL refuses) passes: nothing can be checked.
+// *RedisEvictsError when one may evict keys (whatever
+// Config.AllowEviction says: Enqueue heeds it, CheckRedis reports), or
+// the error reading it. The worker and the enqueue CLI call it at start,
+// to refuse an evicting Redis, or warn of one they were told to allow,
+// before anything is written. A Redis whose INFO memory has no maxmemory
+// fields (miniredis, an INFO an ACL refuses) passes: nothing can be
+// checked.
 func (p *Producer) CheckRedis(ctx context.Context) error {
 	g := &p.mem
 	g.mu.Lock()
@@ -177,7 +179,7 @@ func (p *Producer) CheckRedis(ctx context.Context) error {
 	if err := p.sample(ctx); err != nil {
 		return err
 	}
-	if g.evicts != nil && !p.cfg.AllowEviction {
+	if g.evicts != nil {
 		return &RedisEvictsError{Addr: g.evicts.Addr, Policy: g.evicts.Policy, Max: g.evicts.Max}
 	}
 	return nil

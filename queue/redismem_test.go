@@ -214,6 +214,12 @@ func TestEvictingRedisRefused(t *testing.T) {
 			t.Fatal(serr)
 		}
 		name := fmt.Sprintf("maxmemory %s %s allow=%v", c.max, c.policy, c.allow)
+		if c.allow && !errors.Is(checkErr, ErrRedisEvicts) {
+			t.Errorf("maxmemory %s %s allowed: CheckRedis %v; want it reported still", c.max, c.policy, checkErr)
+		}
+		if c.allow {
+			checkErr = nil
+		}
 		if !c.refused {
 			if checkErr != nil || err != nil || st.Depth != 1 {
 				t.Errorf("%s: CheckRedis %v, Enqueue %v, depth %d; want accepted", name, checkErr, err, st.Depth)
