@@ -181,3 +181,11 @@ func (w *redisWatch) check(ctx context.Context) {
 	w.evicts.Set(map[bool]float64{false: 0, true: 1}[evicting])
 	w.used.Set(ratio)
 }
+
+// RegisterRedisMetrics registers the worker's Redis metrics
+// (sluice_redis_*) with reg, as newWorker does, for checks of what the
+// worker exports (internal/deploytest).
+func RegisterRedisMetrics(reg prometheus.Registerer) error {
+	_, err := newRedisWatch(nil, time.Second, nil, reg)
+	return err
+}
