@@ -36,7 +36,7 @@ type EnqueueResponse struct {
 	ID         string  `json:"id,omitempty"`
 	Depth      int64   `json:"depth,omitempty"`
 	Error      string  `json:"error,omitempty"`
-	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, unavailable
+	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, unavailable
 	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
@@ -46,7 +46,10 @@ type EnqueueResponse struct {
 // job's id; 400 for a bad request; 415 for another Content-Type (which a
 // web page could send unasked); 409 "duplicate" (see Job.ID); 429 with
 // Retry-After when admission refuses; 503 with Retry-After when the queue
-// or the tenant's backlog is full, or Redis cannot be reached. Answers
+// or the tenant's backlog is full, or Redis cannot be reached; 507
+// "redis_full" with Retry-After when Redis is out of memory
+// (ErrRedisFull); 503 "redis_evicts" when Redis may evict keys
+// (ErrRedisEvicts), which retrying does not mend. Answers
 // carry the RateLimit fields (IETF draft and X-RateLimit-*) when the
 // tenant has a policy. Bind it to loopback unless the network in front of
 // it is trusted, and refuse foreign Hosts and Origins, as cmd/worker does.
@@ -102,6 +105,14 @@ func HTTPHandler(p *Producer) http.Handler {
 			reply(w, http.StatusConflict, EnqueueResponse{ID: dup.ID, Error: err.Error(), Reason: "duplicate"})
 		case errors.Is(err, ErrInvalidJob):
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: err.Error(), Reason: "invalid"})
+		case errors.Is(err, ErrRedisFull):
+			// 507: the server cannot store the job; transient, as the
+			// workers drain.
+			// The body leaves Redis's address out, as "unavailable" does.
+			w.Header().Set("Retry-After", "5")
+			reply(w, http.StatusInsufficientStorage, EnqueueResponse{Error: "Redis is out of memory: the queue takes no job until the workers have drained some; retry later", Reason: "redis_full", RetryAfter: 5})
+		case errors.Is(err, ErrRedisEvicts):
+			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "Redis may evict keys (its maxmemory-policy is not noeviction): the queue takes no job until it is set to noeviction", Reason: "redis_evicts"})
 		default:
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "the queue is unavailable; retry", Reason: "unavailable", RetryAfter: 1})

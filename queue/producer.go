@@ -52,6 +52,22 @@ type Config struct {
 	// error refuses the job (wrapped in ErrInvalidJob), for what the
 	// workers could never run. The policy file's Config.CheckJob is one.
 	Check func(job *Job) error
+	// MemoryHeadroom is the share of Redis's maxmemory that Enqueue
+	// leaves free for the workers: with used_memory above the rest,
+	// Enqueue refuses with a *RedisFullError before Redis refuses
+	// anything, so that the workers' writes (asynq's dequeue among them,
+	// which Redis refuses once it is full) still run and the queue can
+	// drain. Enqueue reads INFO memory about once a second (every master
+	// of a cluster; the fullest counts), not per job. 0 means
+	// DefaultMemoryHeadroom; negative turns the check off (Redis's own
+	// refusal is still a *RedisFullError). A Redis without maxmemory is
+	// not checked.
+	MemoryHeadroom float64
+	// AllowEviction lets Enqueue write to a Redis whose maxmemory-policy
+	// may evict keys (anything but noeviction, with a maxmemory). An
+	// evicted key is a lost job, a drifting counter or a broken quota:
+	// without it Enqueue refuses with a *RedisEvictsError.
+	AllowEviction bool
 	// Clock, when set, replaces the Redis server's clock in the scripts.
 	// Only for tests.
 	Clock func() time.Time
@@ -69,6 +85,12 @@ func (c *Config) fill() error {
 	}
 	if c.TenantBound < 0 {
 		return fmt.Errorf("sluice: queue %q: TenantBound must not be negative, got %d", c.Queue, c.TenantBound)
+	}
+	if c.MemoryHeadroom == 0 {
+		c.MemoryHeadroom = DefaultMemoryHeadroom
+	}
+	if c.MemoryHeadroom >= 1 {
+		return fmt.Errorf("sluice: queue %q: MemoryHeadroom must be below 1, got %v", c.Queue, c.MemoryHeadroom)
 	}
 	if c.MaxPayload < 0 {
 		return fmt.Errorf("sluice: queue %q: MaxPayload must not be negative, got %d", c.Queue, c.MaxPayload)
@@ -92,9 +114,12 @@ type Producer struct {
 	client redis.UniversalClient
 	cfg    Config
 	keys   keys
+	mem    memoryGate
 }
 
 // NewProducer returns a Producer on client for *opts (nil: the defaults).
+// It does not connect: the first Enqueue (or CheckRedis) reads Redis's
+// memory settings and refuses an evicting Redis (Config.AllowEviction).
 func NewProducer(client redis.UniversalClient, opts *Config) (*Producer, error) {
 	if client == nil {
 		return nil, errors.New("sluice: queue.NewProducer: nil client")
@@ -154,6 +179,8 @@ func (p *Producer) Check(job Job) error {
 // room. It returns a *DuplicateJobError when a job of the tenant with the
 // same ID is in the queue (see Job.ID), a *RateLimitedError when admission refuses, a
 // *QueueFullError when the queue or the tenant's backlog is at its bound,
+// a *RedisFullError when Redis is out of memory (Config.MemoryHeadroom),
+// a *RedisEvictsError when Redis may evict keys (Config.AllowEviction),
 // and an error wrapping ErrInvalidJob for a job that could never be
 // accepted; in each case nothing was written. Once Enqueue returns nil the
 // job is stored in Redis and will run (at least once).
@@ -184,6 +211,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
+	if err := p.roomFor(ctx, len(item)); err != nil {
+		return Receipt{}, err
+	}
 	alg, capacity := "", int64(0)
 	var adm [5]string // "": no policy
 	if tp.Admission != nil {
@@ -208,6 +238,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth},
 		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
 		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Int64Slice()
+	if isOOM(err) {
+		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
+	}
 	if err != nil {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: %w", p.cfg.Queue, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/downstream"
+	"github.com/sluicehq/sluice/internal/workercmd"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/policy"
 	"github.com/sluicehq/sluice/throttle"
@@ -58,6 +59,7 @@ func exported() map[string]bool {
 	throttle.NewMetrics(d)
 	queue.NewMetrics(d, "default")
 	downstream.NewMetrics(d)
+	workercmd.RegisterRedisMetrics(d)
 	for h := range d.histograms {
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			d.names[h+suffix] = true

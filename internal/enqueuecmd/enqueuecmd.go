@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,13 +31,18 @@ const (
 	ExitRateLimited = 3 // refused by the tenant's admission policy
 	ExitQueueFull   = 4 // refused: the queue or the tenant's backlog is full
 	ExitDuplicate   = 5 // refused: a job with the same id is waiting in the queue
+	ExitRedisFull   = 6 // refused: Redis is out of memory (retry once the workers have drained jobs)
 )
+
+// redisFullWait is how long -wait waits after an out-of-memory refusal.
+const redisFullWait = 5 * time.Second
 
 type options struct {
 	redis                 redisconn.Flags
 	policy, payload, file string
 	runAt                 string
 	wait, quiet           bool
+	allowEvicting         bool
 	maxWait, runIn        time.Duration
 }
 
@@ -55,16 +61,18 @@ func usage(w io.Writer, fs *flag.FlagSet) {
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
 	fmt.Fprint(w, `
-exit codes: 0 accepted, 1 failure (e.g. Redis unreachable), 2 usage or invalid job,
-            3 rate limited, 4 queue full, 5 a job with that id is already queued
+exit codes: 0 accepted, 1 failure (e.g. Redis unreachable, or it evicts keys), 2 usage
+            or invalid job, 3 rate limited, 4 queue full, 5 a job with that id is already
+            queued, 6 Redis out of memory
 
 -f reads and checks every line before it enqueues any: with a bad line it prints
 file:line: reason for each on stderr, enqueues nothing and exits 2. Then it prints
 one line per job to stdout, in file order:
   accepted <line> <id>
-  refused <line> <reason>     reason: rate-limited, queue-full, duplicate, invalid, failed
-and exits with the worst refusal's code (1 > 4 > 3 > 2 > 5), 0 if all were accepted.
-To retry, send again only the lines refused as rate-limited, queue-full or failed,
+  refused <line> <reason>     reason: rate-limited, queue-full, redis-full, duplicate,
+                              invalid, failed
+and exits with the worst refusal's code (1 > 6 > 4 > 3 > 2 > 5), 0 if all were accepted.
+To retry, send again only the lines refused as rate-limited, queue-full, redis-full or failed,
 and any line not listed (after an interrupt): a duplicate's job is queued already,
 and an "id" catches a second sending only while its job still waits to start.
 `)
@@ -93,6 +101,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	fs.BoolVar(&o.wait, "wait", false, "when refused, wait as the refusal says and try again (up to -max-wait)")
 	fs.DurationVar(&o.maxWait, "max-wait", 5*time.Minute, "with -wait, the longest to keep trying one job")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	fs.BoolVar(&o.allowEvicting, "allow-evicting-redis", envBool("SLUICE_ALLOW_EVICTING_REDIS"), "write jobs to a Redis whose maxmemory-policy may evict keys, which loses jobs when it is full (env SLUICE_ALLOW_EVICTING_REDIS)")
 	bad := func(problem any) int {
 		fmt.Fprintln(stderr, "enqueue:", problem)
 		return ExitUsage
@@ -114,7 +123,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case o.policy == "":
 		return bad("-policy is required (the queue's name, bounds and tenants' policies come from it)")
 	case !o.redis.Configured():
-		return bad("no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)")
+		return bad(redisconn.NotConfigured)
 	case !stats && o.file == "" && (job.Tenant == "" || job.Type == ""):
 		return bad("give -tenant and -type for one job, -f for many, or stats")
 	}
@@ -132,9 +141,21 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	defer client.Close()
 	qc := cfg.QueueConfig()
+	qc.AllowEviction = o.allowEvicting
 	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
 		return bad(err)
+	}
+	// An evicting Redis is refused before anything is written; stats
+	// writes nothing, and only warns.
+	if err := p.CheckRedis(ctx); errors.Is(err, queue.ErrRedisEvicts) && (o.allowEvicting || stats) {
+		fmt.Fprintf(stderr, "enqueue: WARNING: %v; jobs written to it may be lost\n", err)
+	} else if errors.Is(err, queue.ErrRedisEvicts) {
+		fmt.Fprintf(stderr, "enqueue: %v, or pass -allow-evicting-redis to write jobs anyway\n", err)
+		return ExitFailure
+	} else if err != nil {
+		fmt.Fprintln(stderr, "enqueue:", err)
+		return ExitFailure
 	}
 	if stats {
 		return showStats(ctx, p, cfg, stdout, stderr)
@@ -182,7 +203,7 @@ func one(ctx context.Context, p *queue.Producer, job queue.Job, o options) (queu
 	for {
 		r, err := p.Enqueue(ctx, job)
 		code, wait := classify(err)
-		if !o.wait || (code != ExitRateLimited && code != ExitQueueFull) || !time.Now().Add(wait).Before(deadline) {
+		if !o.wait || (code != ExitRateLimited && code != ExitQueueFull && code != ExitRedisFull) || !time.Now().Add(wait).Before(deadline) {
 			return r, code, err
 		}
 		select {
@@ -204,6 +225,8 @@ func classify(err error) (int, time.Duration) {
 		return ExitRateLimited, rl.Decision.RetryAfter
 	case errors.Is(err, queue.ErrQueueFull):
 		return ExitQueueFull, time.Second
+	case errors.Is(err, queue.ErrRedisFull):
+		return ExitRedisFull, redisFullWait
 	case errors.Is(err, queue.ErrDuplicateJob):
 		return ExitDuplicate, 0
 	case errors.Is(err, queue.ErrInvalidJob):
@@ -219,6 +242,8 @@ func explain(w io.Writer, where string, code int, err error) {
 	switch code {
 	case ExitQueueFull:
 		fmt.Fprintf(w, "enqueue: %sback off and retry in 1s\n", where)
+	case ExitRedisFull:
+		fmt.Fprintf(w, "enqueue: %sRedis is out of memory: retry in %v, once the workers have drained jobs, or give Redis more memory\n", where, redisFullWait)
 	case ExitDuplicate: // waiting would not help: the id is free once a worker has taken that job
 		fmt.Fprintf(w, "enqueue: %snot enqueued again; the job already queued will run (give another -id, or none for a random one)\n", where)
 	}
@@ -266,8 +291,8 @@ func bulk(ctx context.Context, p *queue.Producer, o options, name string, in io.
 
 	var accepted, refused int
 	worst := ExitOK
-	rank := map[int]int{ExitOK: 0, ExitDuplicate: 1, ExitUsage: 2, ExitRateLimited: 3, ExitQueueFull: 4, ExitFailure: 5}
-	word := map[int]string{ExitDuplicate: "duplicate", ExitUsage: "invalid", ExitRateLimited: "rate-limited", ExitQueueFull: "queue-full", ExitFailure: "failed"}
+	rank := map[int]int{ExitOK: 0, ExitDuplicate: 1, ExitUsage: 2, ExitRateLimited: 3, ExitQueueFull: 4, ExitRedisFull: 5, ExitFailure: 6}
+	word := map[int]string{ExitDuplicate: "duplicate", ExitUsage: "invalid", ExitRateLimited: "rate-limited", ExitQueueFull: "queue-full", ExitRedisFull: "redis-full", ExitFailure: "failed"}
 	last := time.Now()
 	progress := func(end string) { // "\r" at most every 200ms, "\n" at the end
 		if o.quiet || (end == "\r" && time.Since(last) < 200*time.Millisecond) {
@@ -324,4 +349,11 @@ func showStats(ctx context.Context, p *queue.Producer, cfg *policy.Config, stdou
 		fmt.Fprintf(stdout, "    ... and %d more\n", st.Sleeping-int64(len(sleepers)))
 	}
 	return ExitOK
+}
+
+// envBool reads a boolean environment variable; unset or not a boolean
+// is false.
+func envBool(name string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(name))
+	return v
 }

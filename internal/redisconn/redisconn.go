@@ -30,6 +30,10 @@ type Flags struct {
 	CAFile string
 }
 
+// NotConfigured is what the worker and the enqueue CLI say when no Redis
+// is named.
+const NotConfigured = "no Redis configured: set -redis or SLUICE_REDIS_URL (or -redis-cluster)"
+
 // Configured reports whether any Redis was named.
 func (f Flags) Configured() bool { return f.URL != "" || f.Cluster != "" }
 

@@ -35,12 +35,16 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.demoFor)
 		defer cancel()
 	}
-	client, closeRedis, err := connect(ctx, o.redis, stdout)
+	client, closeRedis, embedded, err := connect(ctx, o.redis, true, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice demo:", err)
 		return 1
 	}
 	defer closeRedis()
+	if err := checkRedis(ctx, client, o.allowEvicting, embedded, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
 	quota := o.demoRate
 	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: int(quota)})
 	defer fake.Close()

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,6 +49,8 @@ type options struct {
 	demoFor         time.Duration
 	demoRate        int64
 	monitorReadOnly bool
+	allowEvicting   bool
+	redisCheckEvery time.Duration
 	limits          serverLimits // defaultLimits unless a test sets them
 	page            pageLimits   // defaultPageLimits unless a test sets them
 }
@@ -56,7 +59,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; empty starts an embedded Redis (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; \"embedded\" starts an in-memory Redis whose jobs are lost on exit (env SLUICE_REDIS_URL)")
+	fs.BoolVar(&o.allowEvicting, "allow-evicting-redis", envBool("SLUICE_ALLOW_EVICTING_REDIS"), "run on a Redis whose maxmemory-policy may evict keys, which loses jobs when it is full; warns, and sets sluice_redis_evicting (env SLUICE_ALLOW_EVICTING_REDIS)")
+	fs.DurationVar(&o.redisCheckEvery, "redis-check-every", 5*time.Second, "how often the worker checks that Redis kept its data (a marker key) and reads its memory use")
 	fs.StringVar(&o.redis.CAFile, "redis-ca", os.Getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
 	fs.StringVar(&o.redis.Cluster, "redis-cluster", os.Getenv("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses; -redis then only gives credentials and TLS (env SLUICE_REDIS_CLUSTER)")
 	fs.StringVar(&o.policy, "policy", os.Getenv("SLUICE_POLICY"), "policy file (YAML): queue, downstreams, tenants; see docs/policy.md (env SLUICE_POLICY)")
@@ -77,6 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if !o.demo && o.policy == "" {
 		return o, errors.New("-policy is required (or -demo)")
+	}
+	if o.redisCheckEvery <= 0 {
+		return o, fmt.Errorf("-redis-check-every must be above 0, got %v", o.redisCheckEvery)
 	}
 	var err error
 	if o.hosts, err = parseAllowedHosts(o.allowedHosts); err != nil {
@@ -112,12 +120,22 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
 	}
-	client, closeRedis, err := connect(ctx, o.redis, stderr)
+	// The embedded Redis only when asked for: a worker that forgot -redis
+	// would accept jobs and lose them on exit.
+	if !o.redis.Configured() && o.redis.CAFile == "" {
+		fmt.Fprintln(stderr, "sluice worker:", notConfigured)
+		return 2
+	}
+	client, closeRedis, embedded, err := connect(ctx, o.redis, false, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 1
 	}
 	defer closeRedis()
+	if err := checkRedis(ctx, client, o.allowEvicting, embedded, log); err != nil {
+		fmt.Fprintln(stderr, "sluice worker:", err)
+		return 1
+	}
 	w, err := newWorker(client, cfg, o, log, prometheus.NewRegistry())
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
@@ -143,6 +161,7 @@ type worker struct {
 	ln       net.Listener
 	handlers *queue.ServeMux
 	calls    callCounts // for the page
+	watch    *redisWatch
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
@@ -164,7 +183,11 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	if err != nil {
 		return nil, err
 	}
+	if w.watch, err = newRedisWatch(client, cmp.Or(o.redisCheckEvery, 5*time.Second), log, reg); err != nil {
+		return nil, err
+	}
 	qc := cfg.QueueConfig()
+	qc.AllowEviction = o.allowEvicting
 	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
 		return nil, err
 	}
@@ -252,6 +275,7 @@ func (w *worker) run(ctx context.Context) error {
 			errc <- err
 		}
 	}()
+	go w.watch.loop(ctx)
 	base := "http://" + w.ln.Addr().String()
 	w.log.Info("sluice worker started", "queue", w.cfg.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.o.concurrency,
 		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
@@ -348,4 +372,11 @@ func (t *jobTally) stop() int64 {
 // and how many went back to the queue.
 func (t *jobTally) afterStop() (finished, returned int64) {
 	return t.finished.Load(), t.cutOff.Load() + t.running.Load()
+}
+
+// envBool reads a boolean environment variable; unset or not a boolean
+// is false.
+func envBool(name string) bool {
+	v, _ := strconv.ParseBool(os.Getenv(name))
+	return v
 }

@@ -43,7 +43,9 @@ func TestWorkerEndpoints(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out bytes.Buffer
 	done := make(chan int, 1)
-	go func() { done <- Main(ctx, []string{"-policy", policy, "-listen", addr}, io.Discard, &out) }()
+	go func() {
+		done <- Main(ctx, []string{"-policy", policy, "-listen", addr, "-redis", "embedded"}, io.Discard, &out)
+	}()
 	get := func(path string) (int, string) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)

@@ -1,0 +1,119 @@
+package redisconn
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestMarkersSeeARestartWithoutPersistence: a redis-server without
+// persistence restarted loses the marker; Check reports it once, with
+// the value it had, and re-creates it. A second Markers on the same
+// Redis (another worker) reports the same loss.
+func TestMarkersSeeARestartWithoutPersistence(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	client := srv.Client(t)
+	ctx := context.Background()
+	a, created, err := NewMarkers(ctx, client)
+	if err != nil || len(created) != 1 {
+		t.Fatalf("first NewMarkers: created %v, %v; want one marker written", created, err)
+	}
+	b, created, err := NewMarkers(ctx, client)
+	if err != nil || len(created) != 0 {
+		t.Fatalf("second NewMarkers: created %v, %v; want none", created, err)
+	}
+	for _, m := range []*Markers{a, b} {
+		if lost, err := m.Check(ctx); err != nil || len(lost) != 0 {
+			t.Fatalf("Check before the restart: %v, %v", lost, err)
+		}
+	}
+	was := client.Get(ctx, MarkerPrefix+"{0}").Val()
+	srv.Restart(t)
+	lost, err := a.Check(ctx)
+	if err != nil || len(lost) != 1 || !lost[0].Vanished || lost[0].Was != was || lost[0].Now == "" || lost[0].Addr != srv.Addr() {
+		t.Fatalf("Check after the restart: %+v, %v; want the marker %q reported vanished", lost, err, was)
+	}
+	// b finds a's new marker: a loss too, not vanished.
+	if lost, err := b.Check(ctx); err != nil || len(lost) != 1 || lost[0].Vanished || lost[0].Now != client.Get(ctx, MarkerPrefix+"{0}").Val() {
+		t.Fatalf("the other worker's Check: %+v, %v", lost, err)
+	}
+	for _, m := range []*Markers{a, b} {
+		if lost, err := m.Check(ctx); err != nil || len(lost) != 0 {
+			t.Fatalf("Check once reported: %v, %v; want nothing more", lost, err)
+		}
+	}
+	// A flush is a loss too.
+	client.FlushAll(ctx)
+	if lost, _ := a.Check(ctx); len(lost) != 1 {
+		t.Fatalf("after FLUSHALL: %+v", lost)
+	}
+}
+
+// TestMarkersPerClusterMaster: one marker on each of the three masters;
+// a master restarted without persistence loses its own, and only that one
+// is reported.
+func TestMarkersPerClusterMaster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	client := cl.Client(t)
+	ctx := context.Background()
+	m, created, err := NewMarkers(ctx, client)
+	if err != nil || len(created) != 3 {
+		t.Fatalf("NewMarkers: created %v, %v; want 3", created, err)
+	}
+	seen := map[string]bool{}
+	for _, k := range m.keys {
+		node, err := client.MasterForKey(ctx, k.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Options().Addr != k.addr || seen[k.addr] {
+			t.Errorf("marker %s: on %s, placed for %s", k.key, node.Options().Addr, k.addr)
+		}
+		seen[k.addr] = true
+	}
+	cl.Node(1).Restart(t)
+	cl.WaitHealthy(t)
+	lost, err := m.Check(ctx)
+	if err != nil || len(lost) != 1 || lost[0].Addr != cl.Node(1).Addr() || !lost[0].Vanished {
+		t.Fatalf("Check: %+v, %v; want node 1's marker only", lost, err)
+	}
+}
+
+// TestCRC16: the cluster's key hash, against Redis's CLUSTER KEYSLOT.
+func TestCRC16(t *testing.T) {
+	if crc16([]byte("123456789")) != 0x31C3 {
+		t.Fatalf("crc16 check value %#x", crc16([]byte("123456789")))
+	}
+	client := redistest.SharedCluster(t)
+	for _, tag := range []string{"0", "1", "17", "abc", "sluice"} {
+		want := client.ClusterKeySlot(context.Background(), MarkerPrefix+"{"+tag+"}").Val()
+		if got := int64(crc16([]byte(tag)) % 16384); got != want {
+			t.Errorf("tag %q: slot %d, Redis says %d", tag, got, want)
+		}
+	}
+}
+
+// TestReadMemory: INFO memory of a real Redis, and of miniredis (which
+// has no such section: not Known, with the reason).
+func TestReadMemory(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{Args: []string{"--maxmemory", "32mb", "--maxmemory-policy", "volatile-lru"}})
+	mems, err := ReadMemory(context.Background(), srv.Client(t))
+	if err != nil || len(mems) != 1 {
+		t.Fatalf("%v, %v", mems, err)
+	}
+	m := mems[0]
+	if !m.Known || m.Max != 32<<20 || m.Policy != "volatile-lru" || m.Used <= 0 || !m.Evicts() || m.Addr != srv.Addr() {
+		t.Errorf("%+v", m)
+	}
+	if !strings.Contains(m.EvictionProblem(), "volatile-lru") {
+		t.Errorf("%s", m.EvictionProblem())
+	}
+	mems, err = ReadMemory(context.Background(), redistest.Mini(t))
+	if err != nil || len(mems) != 1 || mems[0].Known || mems[0].Evicts() || mems[0].Why == "" {
+		t.Errorf("miniredis: %+v, %v", mems, err)
+	}
+}
