@@ -240,6 +240,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// The lease is taken once the slot is due, so that a job asleep
 			// for its slot or a pause holds none; it is kept (extended)
 			// while the handler runs, and given back when it returns.
+			s.leaseWaits.watch(s, key) // a release after a refusal is not missed
 			lease, err := s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
 			if err != nil {
 				s.cancelSlot(ctx, r)

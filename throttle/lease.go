@@ -233,7 +233,7 @@ func (l *Lease) lose(cancel context.CancelCauseFunc, err error) {
 
 // Release stops keeping the lease (Keep) and gives the slot back, which
 // wakes a caller waiting for a lease of the same key (WaitAcquire,
-// AwaitRelease), in other processes through pub/sub when they subscribe.
+// WatchReleases), in other processes through pub/sub when they subscribe.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.stop != nil {
@@ -327,40 +327,64 @@ func (t *Throttle) cancelUnused(ctx context.Context, r Reservation) {
 	}
 }
 
-// AwaitRelease waits until this process hears that a lease of key was
-// given back (its own releases, and others' with Options.Subscribe), for
-// at most d; it reports whether it heard one. Callers waiting on one key
-// form a line: each release wakes the first. Callers that keep jobs
-// waiting for a lease elsewhere than in a goroutine (the queue's waiting
-// room) use it to wake them.
-func (t *Throttle) AwaitRelease(ctx context.Context, key string, d time.Duration) bool {
-	woken, leave := t.releases.wait(key)
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-woken:
-		return true
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	leave()
-	// A release may have closed the channel as the wait ended.
-	select {
-	case <-woken:
-		return true
-	default:
-		return false
-	}
+// ReleaseWatch counts the releases of one key that this process hears
+// of (its own, and others' with Options.Subscribe), for callers that keep
+// jobs waiting for a lease elsewhere than in a goroutine (the queue's
+// waiting room) and wake them at each release. Unlike a waiter of
+// WaitAcquire, a watch misses no release while its owner is busy.
+type ReleaseWatch struct {
+	// C receives a value when releases were heard since the last Take.
+	C    <-chan struct{}
+	w    *watcher
+	stop func()
+}
+
+// Take returns how many releases were heard since the last Take.
+func (r *ReleaseWatch) Take() int { return int(r.w.n.Swap(0)) }
+
+// Stop ends the watch.
+func (r *ReleaseWatch) Stop() { r.stop() }
+
+// WatchReleases starts a watch of key's releases; Stop it when done.
+func (t *Throttle) WatchReleases(key string) *ReleaseWatch {
+	w := &watcher{ch: make(chan struct{}, 1)}
+	return &ReleaseWatch{C: w.ch, w: w, stop: t.releases.watch(key, w)}
+}
+
+// watcher is one ReleaseWatch's end in the releaseLine.
+type watcher struct {
+	n  atomic.Int64
+	ch chan struct{}
 }
 
 // releaseChannel is the pub/sub channel of releases; the message is the key.
 func (t *Throttle) releaseChannel() string { return t.prefix + ":releases" }
 
-// releaseLine holds, per key, the callers of WaitAcquire and AwaitRelease
+// releaseLine holds, per key, the callers of WaitAcquire
 // waiting for a lease, in order: each release wakes the first.
 type releaseLine struct {
-	mu      sync.Mutex
-	waiting map[string][]chan struct{}
+	mu       sync.Mutex
+	waiting  map[string][]chan struct{}
+	watchers map[string][]*watcher // every release of a key counts in each
+}
+
+// watch adds w to key's watchers; the func returned takes it out.
+func (r *releaseLine) watch(key string, w *watcher) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchers == nil {
+		r.watchers = map[string][]*watcher{}
+	}
+	r.watchers[key] = append(r.watchers[key], w)
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if ws := slices.DeleteFunc(r.watchers[key], func(x *watcher) bool { return x == w }); len(ws) > 0 {
+			r.watchers[key] = ws
+		} else {
+			delete(r.watchers, key)
+		}
+	}
 }
 
 // wait joins key's line. The channel is closed when this caller's turn
@@ -377,10 +401,18 @@ func (r *releaseLine) wait(key string) (<-chan struct{}, func()) {
 	}
 }
 
-// notify wakes the first caller waiting for a lease of key, if any.
+// notify wakes the first caller waiting for a lease of key, if any, and
+// counts the release in key's watchers.
 func (r *releaseLine) notify(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, w := range r.watchers[key] {
+		w.n.Add(1)
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
 	if line := r.waiting[key]; len(line) > 0 {
 		close(line[0])
 		r.set(key, line[1:])

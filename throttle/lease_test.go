@@ -136,32 +136,51 @@ func TestReleaseWakesOwnWaiter(t *testing.T) {
 	})
 }
 
-// TestAwaitRelease: AwaitRelease reports a release heard (from another
-// process, through the announcement), and false when its wait ends.
-func TestAwaitRelease(t *testing.T) {
+// TestWatchReleases: a watch counts every release heard (from another
+// process, through the announcement), those heard while its owner was
+// busy included, and none after Stop.
+func TestWatchReleases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
 		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
 		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
 		ctx := context.Background()
-		c := Concurrency{Max: 1, Lease: time.Hour}
-		l, err := a.Acquire(ctx, "api", c)
-		if err != nil {
+		c := Concurrency{Max: 2, Lease: time.Hour}
+		var held []*Lease
+		for range 2 {
+			l, err := a.Acquire(ctx, "api", c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		w := b.WatchReleases("api")
+		if n := w.Take(); n != 0 {
+			t.Fatalf("%d releases counted before any", n)
+		}
+		// Two releases, each of a full set (re-filled between them), with
+		// nobody reading the watch between them.
+		if err := held[0].Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if b.AwaitRelease(ctx, "api", 20*ms) {
-			t.Fatal("a release heard while none was given back")
-		}
-		heard := make(chan bool, 1)
-		go func() { heard <- b.AwaitRelease(ctx, "api", 20*time.Second) }()
-		for b.inLine("api") < 1 {
-			time.Sleep(ms)
-		}
-		if err := l.Release(ctx); err != nil {
+		if _, err := a.Acquire(ctx, "api", c); err != nil {
 			t.Fatal(err)
 		}
-		if !<-heard {
-			t.Fatal("the release was not heard")
+		if err := held[1].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for deadline := time.After(20 * time.Second); got < 2; {
+			select {
+			case <-w.C:
+				got += w.Take()
+			case <-deadline:
+				t.Fatalf("%d releases heard of 2", got)
+			}
+		}
+		w.Stop()
+		if len(b.releases.watchers) != 0 {
+			t.Fatal("a stopped watch is still listed")
 		}
 	})
 }
