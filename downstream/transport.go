@@ -68,10 +68,14 @@ type Transport struct {
 	Throttle *throttle.Throttle
 	// Limit is the downstream's pace; its Name labels metrics.
 	Limit throttle.Limit
-	// Concurrency, when set, caps the requests in flight fleet-wide; the
-	// slot is held until the response body is closed. A request waits for
-	// a slot as long as for its pace (Limit.MaxWait), woken as soon as one
-	// is given back.
+	// Concurrency, when set, caps the requests in flight fleet-wide. A
+	// request takes its lease once its pace slot is due (never while it
+	// sleeps for the slot or a pause), and holds it, extended in the
+	// background, until the response body is closed (close it); a lease
+	// that cannot be extended ends the request (throttle.Lease.Keep).
+	// When every lease is held, the request waits up to Limit.MaxWait
+	// for one, woken as soon as one is given back
+	// (throttle.Throttle.WaitAcquire).
 	Concurrency *throttle.Concurrency
 	// Key returns the throttle key of a request; default the request's
 	// host. Per-account quotas key by account.
@@ -104,12 +108,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
 		var err error
 		if t.Concurrency != nil {
-			lease, err = t.Throttle.AcquireWait(ctx, key, *t.Concurrency, t.Limit.WaitLimit())
-		}
-		if err == nil {
-			if _, err = t.Throttle.Wait(ctx, key, t.Limit, 1); err != nil {
-				release(lease)
-			}
+			// Slot first, then the lease: none is held while the request
+			// sleeps for its slot or a pause.
+			_, lease, err = t.Throttle.WaitAcquire(ctx, key, t.Limit, 1, *t.Concurrency)
+		} else {
+			_, err = t.Throttle.Wait(ctx, key, t.Limit, 1)
 		}
 		if err != nil {
 			if req.Body != nil {
@@ -117,6 +120,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
+	}
+	if lease != nil {
+		// Kept while the request and its body are read: if the lease
+		// cannot be extended, the request ends with it.
+		req = req.WithContext(lease.Keep(ctx))
 	}
 	resp, err := base.RoundTrip(req)
 	if err != nil {

@@ -1,6 +1,7 @@
 package downstream
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -75,8 +76,9 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 	fake := downstreamtest.NewServer(downstreamtest.Config{})
 	defer fake.Close()
 	th := newThrottle(t)
-	// MaxWait -1: a request that finds the slot leased does not wait.
-	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, MaxWait: -1}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
+	// MaxWait -1: a request that finds the slot leased does not wait; a
+	// burst of 10 keeps its pace slot due now, so that the lease decides.
+	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, Burst: 10, MaxWait: -1}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
 	client := &http.Client{Transport: tr}
 	resp, err := client.Get(fake.URL())
 	if err != nil {
@@ -107,4 +109,77 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 		t.Fatalf("after closing the bodies: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// TestTransportHoldsNoLeaseWhileSleeping: a request that sleeps through a
+// pause for its slot holds no lease meanwhile; it takes one when its slot
+// comes, and gives it back when its body is closed.
+func TestTransportHoldsNoLeaseWhileSleeping(t *testing.T) {
+	fake := downstreamtest.NewServer(downstreamtest.Config{})
+	defer fake.Close()
+	th := newThrottle(t)
+	ctx := context.Background()
+	lim := throttle.Limit{Name: "api", Rate: 1000, MaxWait: 10 * time.Second}
+	tr := &Transport{Throttle: th, Limit: lim, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute},
+		Key: func(*http.Request) string { return "api" }}
+	const pause = 400 * time.Millisecond
+	if _, err := th.Pause(ctx, "api", lim, pause); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Get(fake.URL())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	for time.Since(paused) < pause-100*time.Millisecond {
+		if n, err := th.InUse(ctx, "api"); err != nil || n != 0 {
+			t.Fatalf("%d leases held (%v) while the request sleeps through the pause", n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp := <-got
+	if resp == nil {
+		t.FailNow()
+	}
+	if n, err := th.InUse(ctx, "api"); err != nil || n != 1 {
+		t.Fatalf("%d leases held (%v) while the body is open; want 1", n, err)
+	}
+	resp.Body.Close()
+	if n, err := th.InUse(ctx, "api"); err != nil || n != 0 {
+		t.Fatalf("%d leases held (%v) after the body was closed", n, err)
+	}
+}
+
+// TestTransportKeepsLeaseForLongCalls: requests four times longer than
+// the lease never exceed the cap at the API: the lease is extended while
+// the request runs.
+func TestTransportKeepsLeaseForLongCalls(t *testing.T) {
+	fake := downstreamtest.NewServer(downstreamtest.Config{Latency: 600 * time.Millisecond})
+	defer fake.Close()
+	th := newThrottle(t)
+	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, MaxWait: 10 * time.Second},
+		Concurrency: &throttle.Concurrency{Max: 1, Lease: 150 * time.Millisecond}}
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			resp, err := (&http.Client{Transport: tr}).Get(fake.URL())
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := fake.Counts(); c.MaxInFlight != 1 || c.OK != 3 {
+		t.Fatalf("the API saw %d calls in flight under a cap of 1 (%+v)", c.MaxInFlight, c)
+	}
 }

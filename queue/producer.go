@@ -338,7 +338,7 @@ func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error
 
 // Sleeper is a tenant skipped by the dispatcher until a time: its
 // downstream's next slot is too far away, the downstream is paused, every
-// concurrency lease stayed held, or a handler rescheduled its job.
+// concurrency lease was held, or a handler rescheduled its job.
 type Sleeper struct {
 	// Tenant is the tenant's id (its first 64 bytes).
 	Tenant string

@@ -106,6 +106,11 @@ type Server struct {
 	// fullRecheck is how long a dispatcher that found the prefetch full
 	// waits for that wake before it looks again.
 	fullRecheck time.Duration
+	// leaseRecheck is the longest a tenant sleeps when its job found
+	// every concurrency lease held; a release heard wakes it sooner.
+	leaseRecheck time.Duration
+	leaseWaits   leaseWaits
+	runCtx       context.Context // Start's: ends at Shutdown
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -138,8 +143,8 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
 		// A quarter of the prefetch (docs/queue.md, The dispatcher).
 		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
-		fullRecheck: 4 * cfg.PollInterval,
-		retention:   retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
+		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
+		retention: retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil, cfg.Queue)
 	}
@@ -159,6 +164,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 // Start starts processing with h and returns; Shutdown stops.
 func (s *Server) Start(h Handler) error {
 	ctx, cancel := context.WithCancel(context.Background())
+	s.runCtx = ctx
 	// Hand the first batch over before asynq's processor first looks (and
 	// then sleeps a PollInterval), so that a worker starts on a backlog at
 	// once. A failure here is the dispatcher's to retry.
@@ -191,6 +197,7 @@ func (s *Server) Shutdown() {
 	}
 	s.wg.Wait()
 	s.srv.Shutdown()
+	s.leaseWaits.wg.Wait()
 }
 
 // throttleFor returns the throttle key and settings for job, if it names
@@ -231,23 +238,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		if d.Concurrency != nil {
-			// A lease given back is usable at once: wait for one as
-			// long as for a slot, woken by the release.
-			lease, err := s.cfg.Throttle.AcquireWait(ctx, key, *d.Concurrency, d.Limit.WaitLimit())
-			var busy *throttle.BusyError
-			if errors.As(err, &busy) {
-				// Every lease stayed held for the whole wait: calls are
-				// slow, not stalled; look again within a second, not
-				// when a lease would run out.
-				return s.putBack(ctx, t, job, min(busy.RetryAfter, time.Second), fmt.Sprintf("lease: every concurrency slot of downstream %s stayed held for max_wait", job.Downstream))
-			}
-			if err != nil {
-				return s.throttleError(job, err)
-			}
-			defer lease.Release(context.WithoutCancel(ctx))
-		}
-		_, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
+		r, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
@@ -256,13 +247,32 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		if err != nil {
 			return s.throttleError(job, err)
 		}
+		if d.Concurrency != nil {
+			// The lease is taken once the slot is due, so that a job asleep
+			// for its slot or a pause holds none; it is kept (extended)
+			// while the handler runs, and given back when it returns.
+			s.leaseWaits.watch(s, key) // a release after a refusal is not missed
+			lease, err := s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
+			if err != nil {
+				s.cancelSlot(ctx, r)
+			}
+			var busy *throttle.BusyError
+			if errors.As(err, &busy) {
+				return s.leaseBusy(ctx, t, job, key)
+			}
+			if err != nil {
+				return s.throttleError(job, err)
+			}
+			ctx = lease.Keep(ctx)
+			defer lease.Release(context.WithoutCancel(ctx))
+		}
 	}
 	if first {
 		s.metrics.starts.Inc()
 		// A job for later waits from when it is due.
 		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(latest(job.enqueuedAt, job.RunAt)).Seconds())
 	}
-	err = h.ProcessJob(ctx, job)
+	err = leaseLost(ctx, h.ProcessJob(ctx, job))
 	var re *RescheduleError
 	if errors.As(err, &re) {
 		if re.Refused && s.refusedTooOften(job, d) {
@@ -304,6 +314,38 @@ func tooFar(job *Job, paused time.Duration) string {
 		return fmt.Sprintf("pause: downstream %s is paused (a 429 or 503)", job.Downstream)
 	}
 	return fmt.Sprintf("slot: downstream %s's next slot is beyond max_wait", job.Downstream)
+}
+
+// leaseBusy puts back a job whose slot came while every concurrency
+// lease of its key was held: its tenant sleeps for at most leaseRecheck,
+// and is woken as soon as this process hears a lease of key given back
+// (docs/throttle.md, Concurrency leases). The job holds no goroutine
+// meanwhile, and spends no retry.
+func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string) error {
+	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream)); err != nil {
+		return err
+	}
+	enc, _, _ := s.keys.tenant(job.Tenant)
+	s.leaseWaits.add(s, key, enc)
+	return nil
+}
+
+// cancelSlot gives back the slot of a job that will not call now.
+func (s *Server) cancelSlot(ctx context.Context, r throttle.Reservation) {
+	if _, err := s.cfg.Throttle.Cancel(context.WithoutCancel(ctx), r); err != nil {
+		s.log.Warn("sluice: cancelling an unused slot failed", "err", err)
+	}
+}
+
+// leaseLost maps the error of a handler whose concurrency lease was lost
+// while it ran (ctx ended with a *throttle.LostError) to an error that is
+// no failure: the call was cut short by sluice, not by the job, so it runs
+// again without spending a retry.
+func leaseLost(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, throttle.ErrLeaseLost) {
+		return fmt.Errorf("%w: %v", errNotFailure, cause)
+	}
+	return err
 }
 
 // throttleError maps an error of the throttle to the job's fate: a job

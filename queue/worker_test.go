@@ -67,7 +67,7 @@ func TestWorkerUnknownDownstream(t *testing.T) {
 }
 
 // TestWorkerLeaseBusyPutsBack: a job whose downstream's every concurrency
-// lease stays held for its whole wait goes back to the waiting room, its
+// lease is held when its slot comes goes back to the waiting room, its
 // tenant asleep with a "lease:" reason, spending no retry; it runs once the
 // lease is given back.
 func TestWorkerLeaseBusyPutsBack(t *testing.T) {

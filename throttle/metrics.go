@@ -14,6 +14,7 @@ type Metrics struct {
 	wait         *prometheus.HistogramVec
 	pauses       *prometheus.CounterVec
 	leased       *prometheus.GaugeVec
+	lost         *prometheus.CounterVec
 	rate         *prometheus.GaugeVec
 	slowdowns    *prometheus.CounterVec
 }
@@ -40,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_throttle_concurrency_in_use",
 			Help: "Concurrency slots leased fleet-wide, as of this process's last acquire.",
 		}, []string{"throttle"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_throttle_leases_lost_total",
+			Help: "Concurrency leases this process could not extend while their call ran (run out, or Redis unreachable): each call was cancelled.",
+		}, []string{"throttle"}),
 		rate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_throttle_rate",
 			Help: "The fleet's pace now in units a second, as of this process's last reservation: the limit's rate times its adaptive share.",
@@ -49,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Steps down of the fleet's pace set by this process after the downstream refused a call.",
 		}, []string{"throttle"}),
 	}
-	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.rate, m.slowdowns); err != nil {
+	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.lost, m.rate, m.slowdowns); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -238,7 +238,7 @@ type Throttle struct {
 	pauses     *pauseBoard
 	releases   *releaseLine
 	pairs      *pairs           // nil: book one call at a time
-	leasePoll  time.Duration    // how often AcquireWait asks again, as a safety net when it hears releases
+	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
 	stop       func()

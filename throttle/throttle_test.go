@@ -291,30 +291,35 @@ func TestConcurrencyLeases(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after release: %v", err)
 		}
-		// A holder that dies: its lease runs out by itself.
-		clock.Set(1200 * ms)
+		// d extends in time; the other lease's holder dies, and its lease
+		// runs out by itself.
+		clock.Set(1100 * ms)
 		if err := d.Extend(ctx); err != nil {
 			t.Fatal(err)
 		}
+		clock.Set(1200 * ms)
 		if _, err := th.Acquire(ctx, "api", c); err != nil {
 			t.Fatalf("after the second lease expired: %v", err)
 		}
 		if _, err := th.Acquire(ctx, "api", c); !errors.Is(err, ErrBusy) {
 			t.Fatalf("want busy, got %v", err)
 		}
-		// d's lease runs out and both slots are taken: d cannot extend,
-		// and the error names the caller's key, not the Redis key.
+		// d's lease runs out: it is lost, even with a slot free, since its
+		// slot may have served another call meanwhile; the error names the
+		// caller's key, not the Redis key.
 		clock.Set(3500 * ms)
-		for range 2 {
-			if _, err := th.Acquire(ctx, "api", c); err != nil {
-				t.Fatal(err)
-			}
+		var lost *LostError
+		if err := d.Extend(ctx); !errors.As(err, &lost) || !errors.Is(err, ErrLeaseLost) || lost.Key != "api" {
+			t.Fatalf("extending a lease that ran out: %v; want lost on key \"api\"", err)
 		}
-		if err := d.Extend(ctx); !errors.As(err, &busy) || busy.Key != "api" || busy.InUse != 2 {
-			t.Fatalf("extending a lease that ran out, its slot taken: %v (key %q); want busy on key \"api\", 2 in use", err, busy.Key)
+		if n, err := th.InUse(ctx, "api"); err != nil || n != 0 {
+			t.Fatalf("in use after every lease ran out: %d, %v", n, err)
 		}
 		if _, err := th.Acquire(ctx, "api", Concurrency{Max: 0}); err == nil {
 			t.Fatal("Max 0 accepted")
+		}
+		if _, err := th.Acquire(ctx, "api", Concurrency{Max: 1, Lease: ms}); err == nil {
+			t.Fatal("a lease of 1ms accepted: shorter than MinLease")
 		}
 	})
 }

@@ -1,6 +1,7 @@
 -- Give back a leased concurrency slot, and announce it when the slots
--- were all taken, so that callers waiting for one (AcquireWait, on every
--- process) try again at once instead of when a lease would run out.
+-- were all taken, so that callers waiting for one (WaitAcquire and the
+-- queue's put-back jobs, on every process) try again at once instead of
+-- when a lease would run out.
 -- KEYS[1]  the sorted set of leases (see throttle_acquire.lua)
 -- ARGV     1 lease id, 2 the most leases at once, 3 the channel, 4 the
 --          message (the caller's key)

@@ -167,7 +167,7 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 		d.Limit.MaxWait = cmp.Or(df.MaxWait, -1) // 0s: only a slot due now
 	}
 	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
-	inRange(p, path+".lease", df.Lease, time.Millisecond, MaxDuration)
+	inRange(p, path+".lease", df.Lease, throttle.MinLease, MaxDuration)
 	inRange(p, path+".timeout", df.Timeout, time.Millisecond, MaxDuration)
 	if inRange(p, path+".max_refusals", df.MaxRefusals, 1, 1_000_000) {
 		d.MaxRefusals = int(df.MaxRefusals) // absent: 0, the queue's default
