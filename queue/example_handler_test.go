@@ -24,7 +24,8 @@ type crmClient struct {
 // UpsertContact is one API call of the SDK.
 func (c *crmClient) UpsertContact(ctx context.Context, account, email string) error {
 	// Returns when this call's slot has come; a *throttle.TooFarError when
-	// it is further away than the limit's MaxWait (the job is retried).
+	// it is further away than the limit's MaxWait (the worker then puts
+	// the job back for that time, spending no retry).
 	if _, err := c.throttle.Wait(ctx, "crm:"+account, c.limit, 1); err != nil {
 		return err
 	}

@@ -281,6 +281,16 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		}
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
 	}
+	// A handler that paces its own calls says "not now" with the
+	// throttle's own errors: back to the waiting room, no retry spent.
+	var far *throttle.TooFarError
+	if errors.As(err, &far) {
+		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused))
+	}
+	var busy *throttle.BusyError
+	if errors.As(err, &busy) {
+		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held")
+	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
 	}

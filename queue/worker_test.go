@@ -348,3 +348,48 @@ func TestFailuresSpendRetries(t *testing.T) {
 		}
 	})
 }
+
+// TestHandlerNotNowSpendsNoRetry: a custom handler that paces its own
+// calls returns the throttle's "not now" (a *throttle.TooFarError, a
+// *throttle.BusyError, wrapped as an SDK would): the job goes back to the
+// waiting room with no retry spent, even with none to spend, and runs
+// again.
+func TestHandlerNotNowSpendsNoRetry(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "a", Type: "work", MaxRetry: -1}); err != nil {
+			t.Fatal(err)
+		}
+		var run atomic.Int64
+		rec := newRecorder()
+		rec.err = func(j *Job) error {
+			switch run.Add(1) {
+			case 1:
+				return fmt.Errorf("crm: %w", &throttle.TooFarError{Key: "crm", RetryAfter: 10 * time.Millisecond})
+			case 2:
+				return fmt.Errorf("crm: %w", &throttle.BusyError{Key: "crm", InUse: 2, RetryAfter: 10 * time.Millisecond})
+			}
+			if j.Retried() != 0 {
+				return fmt.Errorf("a retry was spent: %d", j.Retried())
+			}
+			return nil
+		}
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+		waitFor(t, 30*time.Second, "the third run", func() bool { return rec.count() >= 3 })
+		ins := asynq.NewInspectorFromRedisClient(client)
+		waitFor(t, 30*time.Second, "the job to complete", func() bool {
+			info, err := ins.GetQueueInfo(srv.cfg.Queue)
+			return err == nil && info.Active == 0 && info.Pending == 0
+		})
+		if info, err := ins.GetQueueInfo(srv.cfg.Queue); err != nil || info.Archived != 0 || info.Retry != 0 || info.FailedTotal != 0 {
+			t.Fatalf("asynq queue %+v, %v; want nothing archived, retried or failed", info, err)
+		}
+		if n := run.Load(); n != 3 {
+			t.Fatalf("the handler ran %d times; want 3", n)
+		}
+	})
+}
