@@ -330,6 +330,7 @@ func TestErrors(t *testing.T) {
 		{"types bad name", doc("queue:", "  bound: 1", "  types: [a, \"b c\"]"), []string{"line 3:14: queue.types[1]: a job type is 1 to 256 characters of A-Z, a-z, 0-9, _, ., :, / and -, got the string \"b c\""}},
 		{"types twice", doc("queue:", "  bound: 1", "  types: [a, b, a]"), []string{"line 3:17: queue.types[2]: \"a\" is listed twice (first as queue.types[0])"}},
 		{"types mapping item", doc("queue:", "  bound: 1", "  types: [{a: 1}]"), []string{"line 3:11: queue.types[0]: must be a single value, got a mapping"}},
+		{"tenant not NFC", doc(q, "tenants:", "  \"cafe\\u0301\": {weight: 2}"), []string{"line 3:3: tenants[\"cafe\u0301\"]: a tenant id must be in Unicode normalization form C (NFC), as jobs name it: write \"caf\\u00e9\""}},
 		{"types too many", doc("queue:", "  bound: 1", "  types: ["+strings.Repeat("t,", 1000)+"t]"), []string{"line 3:10: queue.types: may list at most 1000 job types, got 1001"}},
 
 		{"rate zero", doc(q, "downstreams:", "  shopify:", "    rate: 0"), []string{"line 4:11: downstreams.shopify.rate: must be at least 1, got 0"}},

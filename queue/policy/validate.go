@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/downstream"
@@ -108,6 +109,10 @@ func (p *parser) config(f *file) *Config {
 			p.add(p.keys[path].key, path, nil, "a tenant id must not be empty")
 		case len(ent.name) > queue.MaxTenantLen:
 			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", queue.MaxTenantLen, len(ent.name))
+		case !norm.NFC.IsNormalString(ent.name):
+			// Jobs must name their tenant in NFC (queue.Job.Tenant): an
+			// entry spelt otherwise would never apply.
+			p.add(p.keys[path].key, path, nil, "a tenant id must be in Unicode normalization form C (NFC), as jobs name it: write %+q", norm.NFC.String(ent.name))
 		default:
 			cfg.Tenants[ent.name] = p.tenant(&ent.val, ent.name, path)
 		}
