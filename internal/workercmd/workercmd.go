@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -142,10 +144,13 @@ type worker struct {
 	ln       net.Listener
 	handlers *queue.ServeMux
 	calls    callCounts // for the page
+	// downstreams are the policy's downstreams' names, sorted, for the
+	// page.
+	downstreams []string
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
-	w := &worker{cfg: cfg, o: o, log: log, reg: reg}
+	w := &worker{cfg: cfg, o: o, log: log, reg: reg, downstreams: slices.Sorted(maps.Keys(cfg.Downstreams))}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	thMetrics, err := throttle.NewMetrics(reg)
 	if err != nil {
