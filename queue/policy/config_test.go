@@ -622,7 +622,7 @@ func TestDocsExample(t *testing.T) {
 			continue
 		}
 		// The complete example: spot-check what the text says of it.
-		if !reflect.DeepEqual(cfg.Queue, Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20}) {
+		if !reflect.DeepEqual(cfg.Queue, Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20, Types: []string{"email.send", "sluice.http"}}) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]
