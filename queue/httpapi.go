@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -36,7 +37,7 @@ type EnqueueResponse struct {
 	ID         string  `json:"id,omitempty"`
 	Depth      int64   `json:"depth,omitempty"`
 	Error      string  `json:"error,omitempty"`
-	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, unavailable
+	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable
 	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
@@ -53,7 +54,29 @@ type EnqueueResponse struct {
 // carry the RateLimit fields (IETF draft and X-RateLimit-*) when the
 // tenant has a policy. Bind it to loopback unless the network in front of
 // it is trusted, and refuse foreign Hosts and Origins, as cmd/worker does.
+//
+// The bodies it holds at once, over all requests, are bounded by
+// BodyBudget(MaxPayload) bytes: a request whose body would take them over
+// is answered 503 "busy" with Retry-After at once, and the rest of its
+// body is not read. A body is reserved as it is read, so a client that
+// sends slowly holds only what it has sent.
 func HTTPHandler(p *Producer) http.Handler {
+	return httpHandler(p, newByteBudget(BodyBudget(p.cfg.MaxPayload)))
+}
+
+// MaxBody is the largest body of the HTTP enqueue endpoint for a queue
+// whose MaxPayload is maxPayload: the payload, the longest tenant id and
+// 64 KiB for the rest of the job.
+func MaxBody(maxPayload int) int64 { return int64(maxPayload) + MaxTenantLen + 64<<10 }
+
+// BodyBudget is how many bytes of request bodies the HTTP enqueue
+// endpoint of a queue whose MaxPayload is maxPayload holds at once: eight
+// of the largest bodies (MaxBody), and at least 8 MiB. Parsing a body
+// takes a few times its size in memory while its request lasts.
+func BodyBudget(maxPayload int) int64 { return max(8*MaxBody(maxPayload), 8<<20) }
+
+// httpHandler is HTTPHandler with the body budget b.
+func httpHandler(p *Producer, b *byteBudget) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -66,11 +89,12 @@ func HTTPHandler(p *Producer) http.Handler {
 			reply(w, http.StatusUnsupportedMediaType, EnqueueResponse{Error: "Content-Type must be application/json", Reason: "invalid"})
 			return
 		}
-		limit := int64(p.cfg.MaxPayload) + MaxTenantLen + 64<<10
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			err = fmt.Errorf("larger than %d bytes", limit)
+		body, reserved, err := readBody(r, MaxBody(p.cfg.MaxPayload), b)
+		defer b.release(reserved)
+		if errors.Is(err, errBusy) {
+			w.Header().Set("Retry-After", "1")
+			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: err.Error(), Reason: "busy", RetryAfter: 1})
+			return
 		}
 		var job Job
 		if err == nil {
@@ -119,6 +143,76 @@ func HTTPHandler(p *Producer) http.Handler {
 		}
 	})
 }
+
+// errBusy is readBody's error when the body budget has no room.
+var errBusy = errors.New("the endpoint holds as many request bytes as it may take at once; retry")
+
+// readBody reads r's body, of at most limit bytes, reserving in b the
+// room of its buffer as the buffer grows: it returns the body, the bytes
+// reserved (to release once the body is no longer needed, whatever the
+// error), and errBusy when b has no room for the next part, without
+// reading further. A Content-Length above limit is refused unread.
+func readBody(r *http.Request, limit int64, b *byteBudget) (body []byte, reserved int64, err error) {
+	tooLarge := fmt.Errorf("larger than %d bytes", limit)
+	if r.ContentLength > limit {
+		return nil, 0, tooLarge
+	}
+	want := limit + 1 // one byte more than the limit tells a body over it
+	if r.ContentLength >= 0 {
+		want = r.ContentLength + 1 // and the extra byte reads the end
+	}
+	buf := []byte(nil)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, reserved, tooLarge
+			}
+			grow := min(max(2*int64(cap(buf)), 32<<10), want) - int64(cap(buf))
+			if !b.take(grow) {
+				return nil, reserved, errBusy
+			}
+			reserved += grow
+			buf = append(make([]byte, 0, int64(cap(buf))+grow), buf...)
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case errors.Is(err, io.EOF):
+			if int64(len(buf)) > limit {
+				return nil, reserved, tooLarge
+			}
+			return buf, reserved, nil
+		case err != nil:
+			return nil, reserved, err
+		}
+	}
+}
+
+// byteBudget is a count of bytes that requests take and give back, which
+// never goes above its size. Safe for concurrent use.
+type byteBudget struct {
+	size int64
+	used atomic.Int64
+}
+
+func newByteBudget(size int64) *byteBudget { return &byteBudget{size: size} }
+
+// take reserves n bytes, or reports false and reserves nothing when that
+// would go above the size.
+func (b *byteBudget) take(n int64) bool {
+	for {
+		used := b.used.Load()
+		if used+n > b.size {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
+
+// release gives back n bytes.
+func (b *byteBudget) release(n int64) { b.used.Add(-n) }
 
 func reply(w http.ResponseWriter, code int, body EnqueueResponse) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,8 +1,11 @@
 package queue
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -146,5 +149,87 @@ func TestHTTPEndpointWantsJSON(t *testing.T) {
 	}
 	if st, err := p.Stats(context.Background()); err != nil || st.Depth != int64(accepted) {
 		t.Errorf("depth %d, %v; want the %d accepted jobs only", st.Depth, err, accepted)
+	}
+}
+
+// TestHTTPBodyBudget: the endpoint holds at most its budget of request
+// bytes over all requests. With two slow requests holding the whole
+// budget, a small job and a large one whose body never comes are both
+// answered 503 "busy" with Retry-After at once (before the budget, the
+// small job was taken, and the large one read until its client gave up);
+// once the slow requests end, the small job is accepted and the budget
+// is all given back.
+func TestHTTPBodyBudget(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	p, err := NewProducer(client, &Config{Bound: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := newByteBudget(1 << 20)
+	srv := httptest.NewServer(httpHandler(p, budget))
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+	var conns []net.Conn // closed before srv, whose Close waits for them
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	request := func(length int, body string) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, length, body)
+		return c
+	}
+	answer := func(c net.Conn) (*http.Response, EnqueueResponse) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		defer resp.Body.Close()
+		var r EnqueueResponse
+		json.NewDecoder(resp.Body).Decode(&r)
+		return resp, r
+	}
+	// Each slow request sends 300,000 of its 900,000 bytes: its buffer
+	// grows to 512 KiB, and the two hold the whole budget.
+	part := `{"tenant":"slow","type":"x","payload":"` + strings.Repeat("x", 300_000-39)
+	slow := []net.Conn{request(900_000, part), request(900_000, part)}
+	deadline := time.Now().Add(10 * time.Second)
+	for budget.used.Load() < budget.size {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow requests hold %d of %d bytes after 10 s", budget.used.Load(), budget.size)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	small := `{"tenant":"a","type":"x"}`
+	for _, c := range []net.Conn{request(len(small), small), request(1_000_000, "")} {
+		resp, r := answer(c)
+		c.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || r.Reason != "busy" || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("with the budget full: %d %+v, Retry-After %q; want 503 busy, Retry-After 1", resp.StatusCode, r, resp.Header.Get("Retry-After"))
+		}
+	}
+	for _, c := range slow {
+		c.Close()
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for budget.used.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still reserved 10 s after the slow requests ended", budget.used.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c := request(len(small), small)
+	if resp, r := answer(c); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("after the slow requests: %d %+v, want 202", resp.StatusCode, r)
 	}
 }

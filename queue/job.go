@@ -25,6 +25,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/names"
@@ -43,6 +45,10 @@ const (
 	DefaultMaxPayload = 1 << 20
 	// MaxDelay is the furthest ahead of its enqueue a job's RunAt may be.
 	MaxDelay = 366 * 24 * time.Hour
+	// MaxCost is the largest cost accepted: algorithms.MaxLimit, the
+	// largest limit or burst of any admission policy or downstream, so
+	// that no cost above it could ever be admitted or paced.
+	MaxCost = algorithms.MaxLimit
 )
 
 // Job is one unit of work.
@@ -58,7 +64,8 @@ type Job struct {
 	ID string `json:"id"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
 	// drain are per tenant. Required; any valid UTF-8 text (braces,
-	// colons and spaces included), at most MaxTenantLen bytes.
+	// colons and spaces included) in Unicode normalization form C (NFC),
+	// at most MaxTenantLen bytes.
 	Tenant string `json:"tenant"`
 	// Type selects the handler. Required.
 	Type string `json:"type"`
@@ -68,7 +75,7 @@ type Job struct {
 	// is taken before the handler runs.
 	Downstream string `json:"downstream,omitempty"`
 	// Cost is the job's weight for admission and for the throttle
-	// (APIs that charge points per call). Default 1.
+	// (APIs that charge points per call). Default 1; at most MaxCost.
 	Cost int64 `json:"cost,omitempty"`
 	// MaxRetry is how many times a failing job is retried (asynq's
 	// MaxRetry). Throttling never spends one. Default 25; -1 means none;
@@ -190,6 +197,11 @@ func (j *Job) validate(maxPayload int) error {
 		// The envelope is JSON, which would replace each bad byte by
 		// U+FFFD and so hand the job over under another tenant's id.
 		return invalid("tenant id is not valid UTF-8")
+	case !norm.NFC.IsNormalString(j.Tenant):
+		// "café" written with a combining accent (NFD) and with é (NFC)
+		// look the same and would be two tenants, the one that a policy
+		// names and one it does not.
+		return invalid("tenant id %+.64q is not in Unicode normalization form C (NFC); normalise it first (as %+.64q)", j.Tenant, norm.NFC.String(j.Tenant))
 	case j.Type == "":
 		return invalid("type is required")
 	case !names.Valid(j.Type, MaxTypeLen, ":/"):
@@ -202,6 +214,8 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("downstream %.64q: use at most 64 bytes of letters, digits and _.-", j.Downstream)
 	case j.Cost < 0:
 		return invalid("cost must not be negative, got %d", j.Cost)
+	case j.Cost > MaxCost:
+		return invalid("cost must be at most %d (the largest limit or burst a policy may have), got %d", int64(MaxCost), j.Cost)
 	case j.MaxRetry < -1:
 		return invalid("max_retry must be -1 (none) or more, got %d", j.MaxRetry)
 	case j.MaxRetry > math.MaxInt32-1:

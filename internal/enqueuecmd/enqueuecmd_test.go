@@ -234,3 +234,41 @@ func TestRunLater(t *testing.T) {
 		t.Fatalf("stats: exit %d\n%s; want the one job for later", code, out)
 	}
 }
+
+// TestJobChecks: the CLI refuses, with exit 2 and nothing enqueued, a
+// job of a type the policy's queue.types does not list (naming the known
+// types), a tenant id not in Unicode NFC, and a cost above queue.MaxCost;
+// from -f, each by its line. A listed type is accepted.
+func TestJobChecks(t *testing.T) {
+	c := newCLI(t, 100)
+	if err := os.WriteFile(c.policy, []byte("queue:\n  name: cli\n  bound: 100\n  types: [email.send]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-tenant", "a", "-type", "junk"}, `unknown job type "junk": no worker of queue "cli" handles it (the policy's queue.types); known types: email.send, sluice.http`},
+		{[]string{"-tenant", "cafe\u0301", "-type", "email.send"}, `tenant id "cafe\u0301" is not in Unicode normalization form C (NFC); normalise it first (as "caf\u00e9")`},
+		{[]string{"-tenant", "a", "-type", "email.send", "-cost", "9223372036854775807"}, "cost must be at most 1099511627776"},
+	} {
+		code, out, errs := c.run("", tt.args...)
+		if code != ExitUsage || out != "" || !strings.Contains(errs, tt.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d and %s", tt.args, code, out, errs, ExitUsage, tt.want)
+		}
+	}
+	lines := `{"tenant":"a","type":"email.send"}` + "\n" + `{"tenant":"a","type":"junk"}` + "\n" +
+		`{"tenant":"cafe\u0301","type":"email.send"}` + "\n" + `{"tenant":"a","type":"email.send","cost":1099511627777}` + "\n"
+	code, out, errs := c.run(lines, "-f", "-")
+	if code != ExitUsage || out != "" || !strings.Contains(errs, `stdin:2: sluice: invalid job: unknown job type "junk"`) ||
+		!strings.Contains(errs, "stdin:3: sluice: invalid job: tenant id") || !strings.Contains(errs, "stdin:4: sluice: invalid job: cost must be at most") ||
+		!strings.Contains(errs, "3 bad lines in stdin; nothing enqueued") {
+		t.Fatalf("-f: exit %d, stdout %q, stderr:\n%s", code, out, errs)
+	}
+	if code, out, _ := c.run("", "stats"); code != ExitOK || !strings.Contains(out, "depth        0 of 100") {
+		t.Fatalf("stats: exit %d\n%s; want depth 0", code, out)
+	}
+	if code, _, errs := c.run("", "-tenant", "caf\u00e9", "-type", "email.send", "-cost", "1099511627776"); code != ExitOK {
+		t.Fatalf("a listed type, an NFC tenant and cost MaxCost: exit %d\n%s", code, errs)
+	}
+}

@@ -11,11 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/queue/policy"
@@ -117,15 +118,17 @@ func TestSlowClientsAreCut(t *testing.T) {
 	t.Logf("idle keep-alive connection closed after %v (idle timeout %v)", took, lim.Idle)
 }
 
-// TestLimitListener: with one place, a second connection is accepted only
-// once the first is closed (closing it twice frees one place), and
-// closing the listener wakes an Accept that waits for a place.
-func TestLimitListener(t *testing.T) {
+// TestConnLimiter: with two places, a third connection closes the
+// oldest that has no whole request header; when both places are in a
+// request, the next connection waits until one is idle again (and then
+// closes that one) or is closed (closing it twice frees one place);
+// closing the listener wakes an Accept that waits.
+func TestConnLimiter(t *testing.T) {
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := netutil.LimitListener(tcp, 1)
+	ln := newConnLimiter(tcp, 2)
 	accepted := make(chan net.Conn)
 	acceptErr := make(chan error, 1)
 	go func() {
@@ -144,38 +147,139 @@ func TestLimitListener(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dial := func() {
+	dial := func() net.Conn {
+		t.Helper()
 		c, err := net.Dial("tcp", tcp.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		clients = append(clients, c)
+		return c
 	}
-	dial()
+	closedByServer := func(c net.Conn, what string) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("%s: read %v, want EOF (closed for room)", what, err)
+		}
+	}
+	none := func(what string) {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			c.Close()
+			t.Fatal(what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	a := dial()
 	first := <-accepted
 	dial()
-	dial()
-	select {
-	case c := <-accepted:
-		c.Close()
-		t.Fatal("a second connection was accepted while the first is open")
-	case <-time.After(100 * time.Millisecond):
-	}
-	first.Close()
-	first.Close() // frees one place, not two
 	second := <-accepted
-	select {
-	case c := <-accepted:
-		c.Close()
-		t.Fatal("two places after closing one connection twice")
-	case <-time.After(100 * time.Millisecond):
-	}
-	second.Close()
+	dial()
 	third := <-accepted
-	defer third.Close()
-	// The loop now waits for a place; closing the listener ends it.
+	closedByServer(a, "the oldest connection without a header")
+	first.Close()
+	// Both places are in a request: the next waits.
+	ln.connState(second, http.StateActive)
+	ln.connState(third, http.StateActive)
+	dial()
+	none("a connection was accepted while both places are in a request")
+	ln.connState(second, http.StateIdle)
+	fourth := <-accepted
+	closedByServer(clients[1], "the idle keep-alive connection")
+	second.Close()
+	ln.connState(fourth, http.StateActive)
+	dial()
+	none("a connection was accepted while both places are in a request")
+	third.Close()
+	third.Close() // frees one place, not two
+	fifth := <-accepted
+	defer fifth.Close()
+	ln.connState(fifth, http.StateActive)
+	dial()
+	none("two places after closing one connection twice")
+	// Accept now waits for room; closing the listener ends it.
 	ln.Close()
 	if err := <-acceptErr; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
+	}
+	fourth.Close()
+}
+
+// TestHealthzUnderSlowloris: 300 connections that never finish their
+// request header (each one closed is opened again at once, as an
+// attacker would) leave /healthz answerable. The server's place limit
+// was a listener that stopped accepting at 256 connections: the 257th,
+// /healthz among them, waited in the kernel's backlog until a slow
+// connection's header timeout (10 s) cut it. Each /healthz here must
+// answer within 2 s (generous: it takes milliseconds), with the worker's
+// default limits.
+func TestHealthzUnderSlowloris(t *testing.T) {
+	addr := startLimitedWorker(t, defaultLimits)
+	const slow = 300
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var opened atomic.Int64
+	for range slow {
+		wg.Go(func() {
+			for {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					select {
+					case <-stop:
+						return
+					case <-time.After(10 * time.Millisecond):
+						continue
+					}
+				}
+				opened.Add(1)
+				fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: %s\r\nX-Slow: ", addr)
+				closed := make(chan struct{})
+				go func() { // the server closing it, or the test ending
+					io.Copy(io.Discard, c)
+					close(closed)
+				}()
+				select {
+				case <-stop:
+					c.Close()
+					<-closed
+					return
+				case <-closed:
+					c.Close()
+				}
+			}
+		})
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waitFor(t, 10*time.Second, "the slow connections to open", func() bool { return opened.Load() >= slow })
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 5 {
+		start := time.Now()
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("GET /healthz #%d with %d slow connections: %v (after %v)", i, slow, err, time.Since(start))
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /healthz #%d: %d", i, resp.StatusCode)
+		}
+		t.Logf("GET /healthz #%d with %d slow connections: %v", i, slow, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// waitFor polls cond every 10 ms until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

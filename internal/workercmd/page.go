@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,12 +47,13 @@ const pageRefresh = 5
 
 // pageLimits bound what one view of the page reads and shows.
 type pageLimits struct {
-	Top      int // tenants listed by backlog
-	Look     int // tenants looked at to find them (queue.Producer.Backlogs)
-	Sleepers int // asleep tenants listed
+	Top         int // tenants listed by backlog
+	Look        int // tenants looked at to find them (queue.Producer.Backlogs)
+	Sleepers    int // asleep tenants listed
+	Downstreams int // downstreams listed, the first by name, with their state read; 0: the default
 }
 
-var defaultPageLimits = pageLimits{Top: 20, Look: 1000, Sleepers: 20}
+var defaultPageLimits = pageLimits{Top: 20, Look: 1000, Sleepers: 20, Downstreams: 50}
 
 // pageDownstream is one row of the downstreams' table.
 type pageDownstream struct {
@@ -77,6 +76,7 @@ type pageView struct {
 	Bound             int64
 	Stats             queue.Stats
 	Downstreams       []pageDownstream
+	MoreDownstreams   int // not listed
 	Backlogs          []queue.Backlog
 	Looked            int
 	Sleepers          []queue.Sleeper
@@ -96,14 +96,17 @@ func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// pageView reads the page's state: per downstream three commands
-// (throttle.State), the waiting room's counters, at most lim.Sleepers
-// asleep tenants and the largest backlogs of at most lim.Look tenants.
+// pageView reads the page's state: three commands (throttle.State) for
+// each of the first lim.Downstreams downstreams by name, the waiting
+// room's counters, at most lim.Sleepers asleep tenants and the largest
+// backlogs of at most lim.Look tenants.
 func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	v := pageView{Queue: w.cfg.Queue.Name, Monitoring: "/monitoring/queues/" + w.cfg.Queue.Name, Refresh: pageRefresh,
 		Now: time.Now(), Bound: w.cfg.Queue.Bound}
 	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
-	for _, name := range slices.Sorted(maps.Keys(w.cfg.Downstreams)) {
+	shown := w.downstreams[:min(len(w.downstreams), cmp.Or(lim.Downstreams, defaultPageLimits.Downstreams))]
+	v.MoreDownstreams = len(w.downstreams) - len(shown)
+	for _, name := range shown {
 		d := w.cfg.Downstreams[name]
 		rates := []string{throttle.Rate{Rate: d.Limit.Rate, Per: d.Limit.Per, Burst: d.Limit.Burst}.String()}
 		for _, a := range d.Limit.Also {

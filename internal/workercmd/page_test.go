@@ -337,3 +337,46 @@ func TestCallCountsLastMinute(t *testing.T) {
 		t.Fatalf("%d samples kept; want 3 (the one at -90 s is no longer needed)", len(c.snaps))
 	}
 }
+
+// TestPageBoundsDownstreams: with 1,000 downstreams, a view of the page
+// reads the live state of the first lim.Downstreams by name (three
+// commands each) and counts the rest, instead of three commands for
+// every downstream (100,000 downstreams took 7.7 s and timed out).
+func TestPageBoundsDownstreams(t *testing.T) {
+	client := redistest.Start(t, redistest.Config{}).Client(t)
+	var count commandCounter
+	client.AddHook(&count)
+	var b strings.Builder
+	b.WriteString("queue:\n  name: manyds\n  bound: 10\ndownstreams:\n")
+	for i := range 1000 {
+		fmt.Fprintf(&b, "  api-%04d: {rate: 10}\n", i)
+	}
+	_, cfg := writePolicy(t, b.String())
+	lim := pageLimits{Top: 5, Look: 100, Sleepers: 5, Downstreams: 10}
+	w, err := newWorker(client, cfg, options{listen: "127.0.0.1:0", page: lim}, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.ln.Close()
+		w.th.Close()
+	})
+	rec := httptest.NewRecorder()
+	before := count.n.Load()
+	w.page(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	n := count.n.Load() - before
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /: %d", rec.Code)
+	}
+	// Stats' 5, Sleepers' at most 2, Backlogs' few on an empty queue,
+	// and 3 for each downstream listed.
+	if most := int64(5 + 2 + 8 + 3*lim.Downstreams); n > most {
+		t.Fatalf("%d commands for a view with 1,000 downstreams; want at most %d", n, most)
+	}
+	rows := strings.Count(body, "<td>api-")
+	if rows != lim.Downstreams || !strings.Contains(body, "<td>api-0000</td>") || !strings.Contains(body, "… and 990 more") {
+		t.Fatalf("%d downstreams listed, want the first %d and a count of 990 more:\n%s", rows, lim.Downstreams, body)
+	}
+	t.Logf("%d commands, %d bytes for a view with 1,000 downstreams", n, len(body))
+}

@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,7 +28,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/net/netutil"
 
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/redisconn"
@@ -162,10 +163,13 @@ type worker struct {
 	handlers *queue.ServeMux
 	calls    callCounts // for the page
 	watch    *redisWatch
+	// downstreams are the policy's downstreams' names, sorted, for the
+	// page.
+	downstreams []string
 }
 
 func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log *slog.Logger, reg *prometheus.Registry) (*worker, error) {
-	w := &worker{cfg: cfg, o: o, log: log, reg: reg}
+	w := &worker{cfg: cfg, o: o, log: log, reg: reg, downstreams: slices.Sorted(maps.Keys(cfg.Downstreams))}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	thMetrics, err := throttle.NewMetrics(reg)
 	if err != nil {
@@ -230,13 +234,15 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 		return nil, fmt.Errorf("-listen %s: %w", o.listen, err)
 	}
 	lim := cmp.Or(o.limits, defaultLimits)
-	w.ln = netutil.LimitListener(ln, lim.MaxConns)
+	cl := newConnLimiter(ln, lim.MaxConns)
+	w.ln = cl
 	w.http = &http.Server{
 		Handler:           newHostGuard(o.listen, w.ln.Addr(), o.hosts, mux),
 		ReadHeaderTimeout: lim.ReadHeader,
 		ReadTimeout:       lim.Read,
 		WriteTimeout:      lim.Write,
 		IdleTimeout:       lim.Idle,
+		ConnState:         cl.connState,
 	}
 	if tcp, ok := w.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
 		log.Warn("sluice: the HTTP endpoints (including POST /enqueue) listen beyond loopback; put them behind something that authenticates", "addr", w.ln.Addr().String())

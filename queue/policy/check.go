@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/queue"
@@ -14,14 +16,26 @@ import (
 // for a job that names a downstream the policy file does not have.
 var ErrUnknownDownstream = errors.New("unknown downstream")
 
+// ErrUnknownType is wrapped by CheckJob's error for a job whose type is
+// not in the file's queue.types: no worker of the queue handles it.
+var ErrUnknownType = errors.New("unknown job type")
+
+// maxTypesShown is how many known types CheckJob's error lists.
+const maxTypesShown = 20
+
 // CheckJob refuses a job that the workers of this policy could never run,
 // so that the producer says so at enqueue instead of a worker archiving
 // the job later (queue.Config.Check; QueueConfig sets it): one naming a
 // downstream the file does not have, or whose cost is above the burst of
 // its downstream or of an also rate that counts the cost; a built-in HTTP
 // job whose request httpjob.ParseRequest refuses or whose url ResolveHTTP
-// refuses. The tenant's own capacity is checked by the producer itself.
+// refuses; and, when the file lists queue.types, one of a type it does
+// not list (ErrUnknownType), which would only wait in the queue and be
+// archived. The tenant's own capacity is checked by the producer itself.
 func (c *Config) CheckJob(job *queue.Job) error {
+	if err := c.checkType(job.Type); err != nil {
+		return err
+	}
 	if job.Type != httpjob.Type && job.Downstream == "" {
 		return nil
 	}
@@ -77,4 +91,25 @@ func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (queue.Downstream, e
 		return queue.Downstream{}, fmt.Errorf("%w: the url belongs to downstream %q, not %q", ErrURLNotAllowed, got.Name, d.Name)
 	}
 	return d, nil
+}
+
+// checkType refuses a job type that queue.types, when the file has it,
+// does not list; the error names the known types (the first
+// maxTypesShown, in the file's order).
+func (c *Config) checkType(t string) error {
+	known := c.Queue.Types
+	switch {
+	case known == nil || t == httpjob.Type:
+		return nil
+	case c.types != nil && c.types[t]:
+		return nil
+	case c.types == nil && slices.Contains(known, t): // a Config not made by Parse
+		return nil
+	}
+	shown := strings.Join(known[:min(len(known), maxTypesShown)], ", ")
+	if len(known) > maxTypesShown {
+		shown += fmt.Sprintf(" and %d more", len(known)-maxTypesShown)
+	}
+	return fmt.Errorf("%w %.64q: no worker of queue %q handles it (the policy's queue.types); known types: %s",
+		ErrUnknownType, t, c.Queue.Name, shown)
 }

@@ -2,8 +2,12 @@ package policy
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/queue"
@@ -74,5 +78,64 @@ func TestCheckJob(t *testing.T) {
 	// QueueConfig hands the check to the producer.
 	if qc := cfg.QueueConfig(); qc.Check == nil {
 		t.Fatal("QueueConfig has no Check")
+	}
+}
+
+// TestQueueTypes: with queue.types, a job of a type the file does not
+// list is refused with an error that names the known types (sluice.http
+// among them, listed or not); without it, every type passes.
+func TestQueueTypes(t *testing.T) {
+	cfg := mustParse(t, doc(
+		"queue:",
+		"  name: mail",
+		"  bound: 10",
+		"  types: [email.send, \"report:build/v2\"]",
+		"downstreams:",
+		"  api: {rate: 10, base_url: http://a.com/}",
+	))
+	if want := []string{"email.send", "report:build/v2", "sluice.http"}; !slices.Equal(cfg.Queue.Types, want) {
+		t.Fatalf("Types = %q, want %q", cfg.Queue.Types, want)
+	}
+	for _, job := range []queue.Job{
+		{Type: "email.send"},
+		{Type: "report:build/v2"},
+		{Type: "sluice.http", Downstream: "api", Payload: []byte(`{"url":"http://a.com/x"}`)},
+	} {
+		if err := cfg.CheckJob(&job); err != nil {
+			t.Errorf("%s: refused: %v", job.Type, err)
+		}
+	}
+	job := queue.Job{Type: "junk.type", Tenant: "t"}
+	err := cfg.CheckJob(&job)
+	const want = `unknown job type "junk.type": no worker of queue "mail" handles it (the policy's queue.types); known types: email.send, report:build/v2, sluice.http`
+	if err == nil || err.Error() != want || !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("CheckJob(junk.type) = %v;\nwant %s (wrapping ErrUnknownType)", err, want)
+	}
+	// Through a Producer of QueueConfig, it is an ErrInvalidJob.
+	qc := cfg.QueueConfig()
+	p, err := queue.NewProducer(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), &qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(job); !errors.Is(err, queue.ErrInvalidJob) || !errors.Is(err, ErrUnknownType) {
+		t.Fatalf("Producer.Check(junk.type) = %v; want ErrInvalidJob and ErrUnknownType", err)
+	}
+	// A long list is cut short in the error.
+	many := []string{}
+	for i := range 30 {
+		many = append(many, fmt.Sprintf("t%02d", i))
+	}
+	cfg = mustParse(t, doc("queue:", "  bound: 10", "  types: ["+strings.Join(many, ", ")+"]"))
+	if err := cfg.CheckJob(&job); err == nil || !strings.HasSuffix(err.Error(), "t18, t19 and 11 more") {
+		t.Fatalf("CheckJob with 31 known types: %v; want the first 20 and a count", err)
+	}
+	// An empty list knows only sluice.http; no list, every type.
+	cfg = mustParse(t, doc("queue:", "  bound: 10", "  types: []"))
+	if err := cfg.CheckJob(&queue.Job{Type: "email.send"}); err == nil || !strings.HasSuffix(err.Error(), "known types: sluice.http") {
+		t.Fatalf("types: []: %v", err)
+	}
+	cfg = mustParse(t, doc("queue:", "  bound: 10"))
+	if err := cfg.CheckJob(&job); err != nil || cfg.Queue.Types != nil {
+		t.Fatalf("no types: %v, Types %q; want every type accepted", err, cfg.Queue.Types)
 	}
 }

@@ -25,6 +25,8 @@ const (
 	MaxBound = int64(1) << 40
 	// MaxDuration bounds max_wait, lease and timeout.
 	MaxDuration = 24 * time.Hour
+	// MaxTypes is the most job types queue.types may list.
+	MaxTypes = 1000
 )
 
 // Config is a parsed and validated policy file. Every default is filled
@@ -37,6 +39,12 @@ type Config struct {
 	// Tenants are the tenants' policies by id, including DefaultTenant
 	// when the file has it; never nil.
 	Tenants map[string]Tenant
+
+	// Made by Parse from Queue.Types and Downstreams, which must not be
+	// changed after it (a Config made otherwise has none: the methods
+	// then work from Queue.Types and Downstreams as they are).
+	types   map[string]bool
+	origins map[string][]prefix
 }
 
 // Queue is the queue section: the waiting room's name and bounds.
@@ -57,6 +65,11 @@ type Queue struct {
 	// Retention is how long asynq keeps a completed job, for asynqmon
 	// (the queue.ServerConfig.Retention of every worker); 0: not kept.
 	Retention time.Duration
+	// Types are the job types that the queue's workers handle, the
+	// built-in httpjob.Type always among them; CheckJob refuses any
+	// other (ErrUnknownType). Nil, when the file has no queue.types:
+	// every type is accepted.
+	Types []string
 }
 
 // Tenant is one entry of the tenants section.

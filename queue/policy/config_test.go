@@ -37,7 +37,7 @@ func mustParse(t *testing.T, data []byte) *Config {
 func TestMinimal(t *testing.T) {
 	cfg := mustParse(t, doc("queue:", "  bound: 5"))
 	want := Queue{Name: "default", Bound: 5, Prefetch: 64, MaxPayload: 1 << 20}
-	if cfg.Queue != want {
+	if !reflect.DeepEqual(cfg.Queue, want) {
 		t.Errorf("Queue = %+v, want %+v", cfg.Queue, want)
 	}
 	if cfg.Downstreams == nil || cfg.Tenants == nil || len(cfg.Downstreams)+len(cfg.Tenants) != 0 {
@@ -101,7 +101,7 @@ func TestEveryField(t *testing.T) {
 		"    class: gold.tier-2_abcdefghijklmnopqrst", // 32 bytes, the most
 	))
 	q := cfg.Queue
-	if q != (Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
+	if !reflect.DeepEqual(q, Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
 		t.Errorf("Queue = %+v", q)
 	}
 	d := cfg.Downstreams["shop.api"]
@@ -326,6 +326,13 @@ func TestErrors(t *testing.T) {
 		{"retention long", doc("queue:", "  bound: 1", "  retention: 8760h"), []string{"line 3:14: queue.retention: must be between 0s and 720h0m0s, got 8760h0m0s"}},
 		{"retention number", doc("queue:", "  bound: 1", "  retention: 3600"), []string{"line 3:14: queue.retention:"}},
 		{"queue typo", doc("queue:", "  bound: 1", "  prefech: 3"), []string{"line 3:3: queue.prefech: unknown field; did you mean \"prefetch\"?"}},
+		{"types not a list", doc("queue:", "  bound: 1", "  types: email.send"), []string{"line 3:10: queue.types: must be a list of job types such as [email.send, report.build], got the string \"email.send\""}},
+		{"types null item", doc("queue:", "  bound: 1", "  types: [a, ~]"), []string{"line 3:14: queue.types[1]: has no value"}},
+		{"types bad name", doc("queue:", "  bound: 1", "  types: [a, \"b c\"]"), []string{"line 3:14: queue.types[1]: a job type is 1 to 256 characters of A-Z, a-z, 0-9, _, ., :, / and -, got the string \"b c\""}},
+		{"types twice", doc("queue:", "  bound: 1", "  types: [a, b, a]"), []string{"line 3:17: queue.types[2]: \"a\" is listed twice (first as queue.types[0])"}},
+		{"types mapping item", doc("queue:", "  bound: 1", "  types: [{a: 1}]"), []string{"line 3:11: queue.types[0]: must be a single value, got a mapping"}},
+		{"tenant not NFC", doc(q, "tenants:", "  \"cafe\\u0301\": {weight: 2}"), []string{"line 3:3: tenants[\"cafe\u0301\"]: a tenant id must be in Unicode normalization form C (NFC), as jobs name it: write \"caf\\u00e9\""}},
+		{"types too many", doc("queue:", "  bound: 1", "  types: ["+strings.Repeat("t,", 1000)+"t]"), []string{"line 3:10: queue.types: may list at most 1000 job types, got 1001"}},
 
 		{"rate zero", doc(q, "downstreams:", "  shopify:", "    rate: 0"), []string{"line 4:11: downstreams.shopify.rate: must be at least 1, got 0"}},
 		{"rate missing", doc(q, "downstreams:", "  shopify:", "    per: 1s"), []string{"line 3:3: downstreams.shopify.rate: required"}},
@@ -618,7 +625,7 @@ func TestDocsExample(t *testing.T) {
 			continue
 		}
 		// The complete example: spot-check what the text says of it.
-		if cfg.Queue != (Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20}) {
+		if !reflect.DeepEqual(cfg.Queue, Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20, Types: []string{"email.send", "sluice.http"}}) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,7 +15,10 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	typeRE = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,256}$`)
+)
 
 // checkInvariants checks, independently of the parser, what every Config
 // returned by Parse promises.
@@ -37,6 +41,13 @@ func checkInvariants(c *Config) error {
 		return fmt.Errorf("prefetch %d", q.Prefetch)
 	case q.MaxPayload < 1 || q.MaxPayload > 64<<20:
 		return fmt.Errorf("max payload %d", q.MaxPayload)
+	case q.Types != nil && (!slices.Contains(q.Types, "sluice.http") || len(q.Types) > MaxTypes+1):
+		return fmt.Errorf("types %q", q.Types)
+	}
+	for i, typ := range q.Types {
+		if !typeRE.MatchString(typ) || slices.Contains(q.Types[:i], typ) {
+			return fmt.Errorf("type %q in %q", typ, q.Types)
+		}
 	}
 	for name, d := range c.Downstreams {
 		l := d.Limit

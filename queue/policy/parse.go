@@ -47,6 +47,7 @@ type queueFile struct {
 	Prefetch    int64         `yaml:"prefetch"`
 	MaxPayload  byteSize      `yaml:"max_payload"`
 	Retention   time.Duration `yaml:"retention"`
+	Types       []string      `yaml:"types"`
 }
 
 type downstreamFile struct {
@@ -234,10 +235,15 @@ func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
 	return true
 }
 
-// list checks an also list, the only list of the file, and fills v with it.
+// list checks a list (an also list of rates, or queue.types of names)
+// and fills v with it.
 func (p *parser) list(n *yaml.Node, v reflect.Value, path string) bool {
+	rates := v.Type().Elem().Kind() == reflect.Struct
 	if n.Kind != yaml.SequenceNode {
 		msg := "must be a list of rates such as [{rate: 1000, per: 1h}], got " + describe(n)
+		if !rates {
+			msg = "must be a list of job types such as [email.send, report.build], got " + describe(n)
+		}
 		if n.ShortTag() == "!!null" {
 			msg = "has no value"
 		}
@@ -247,7 +253,7 @@ func (p *parser) list(n *yaml.Node, v reflect.Value, path string) bool {
 	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
 	for i, it := range n.Content {
 		field, before, ok := fmt.Sprintf("%s[%d]", path, i), len(p.errs), false
-		if it.ShortTag() == "!!null" { // walk takes null for a mapping without keys
+		if rates && it.ShortTag() == "!!null" { // walk takes null for a mapping without keys
 			p.add(it, field, nil, "must be a mapping of keys to values, got null")
 		} else {
 			ok = p.walk(it, v.Index(i), field)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -113,22 +114,41 @@ func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
 	if err != nil {
 		return queue.Downstream{}, fmt.Errorf("%w: %w", ErrURLNotAllowed, err)
 	}
-	origin, path := originOf(u), cmp.Or(u.EscapedPath(), "/")
-	best, bestLen := "", -1
-	for name, d := range c.Downstreams {
-		if d.BaseURL == nil || originOf(d.BaseURL) != origin {
-			continue
-		}
-		bpath := basePath(d.BaseURL)
-		covers := path == bpath || strings.HasPrefix(path, bpath+"/")
-		if covers && (len(bpath) > bestLen || len(bpath) == bestLen && name < best) {
-			best, bestLen = name, len(bpath)
+	origins := c.origins
+	if origins == nil { // a Config not made by Parse
+		origins = indexBaseURLs(c.Downstreams)
+	}
+	path := cmp.Or(u.EscapedPath(), "/")
+	for _, b := range origins[originOf(u)] { // longest first
+		if path == b.path || strings.HasPrefix(path, b.path+"/") {
+			return c.Downstreams[b.name], nil
 		}
 	}
-	if bestLen < 0 {
-		return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, shown(u))
+	return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, shown(u))
+}
+
+// prefix is a downstream's base_url path (basePath), in an index by
+// origin.
+type prefix struct{ path, name string }
+
+// indexBaseURLs returns the base_url paths of the downstreams that have
+// one, by origin (originOf), each origin's longest first and then by
+// name, so that a URL is resolved by one map lookup and a scan of its
+// host's few paths, not of every downstream.
+func indexBaseURLs(ds map[string]queue.Downstream) map[string][]prefix {
+	idx := map[string][]prefix{}
+	for name, d := range ds {
+		if d.BaseURL != nil {
+			o := originOf(d.BaseURL)
+			idx[o] = append(idx[o], prefix{basePath(d.BaseURL), name})
+		}
 	}
-	return c.Downstreams[best], nil
+	for _, ps := range idx {
+		slices.SortFunc(ps, func(a, b prefix) int {
+			return cmp.Or(cmp.Compare(len(b.path), len(a.path)), cmp.Compare(a.name, b.name))
+		})
+	}
+	return idx
 }
 
 // shown quotes u's scheme, host and path for an error message: never its

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -167,5 +168,35 @@ func TestDownstreamForBuiltInCode(t *testing.T) {
 		if d, err := cfg.DownstreamFor("https://a.com/x/y"); err != nil || d.Name != "a" {
 			t.Fatalf("tie = %s, %v; want a (the first name)", d.Name, err)
 		}
+	}
+}
+
+// TestDownstreamForIsALookup: resolving a URL costs the same whatever the
+// number of downstreams: the base URLs are indexed by origin, so a URL
+// takes one map lookup and a scan of its own host's paths. Counted in
+// allocations, which a scan of every downstream makes for each (8,020
+// for two URLs among 2,001 downstreams, 60 among 11).
+func TestDownstreamForIsALookup(t *testing.T) {
+	allocs := func(n int) float64 {
+		lines := []string{"queue: {bound: 1}", "downstreams:"}
+		for i := range n {
+			lines = append(lines, fmt.Sprintf("  d%d: {rate: 1, base_url: https://h%d.example.com/v1/}", i, i))
+		}
+		lines = append(lines, "  deep: {rate: 1, base_url: https://h0.example.com/v1/deep/}")
+		cfg := mustParse(t, doc(lines...))
+		return testing.AllocsPerRun(20, func() {
+			d, err := cfg.DownstreamFor("https://h0.example.com/v1/deep/x")
+			if err != nil || d.Name != "deep" {
+				t.Fatalf("DownstreamFor: %v, %v", d.Name, err)
+			}
+			if _, err := cfg.DownstreamFor("https://nowhere.example.com/"); err == nil {
+				t.Fatal("a URL of no downstream's host was allowed")
+			}
+		})
+	}
+	few, many := allocs(10), allocs(2000)
+	t.Logf("allocations per pair of URLs: %.0f among 11 downstreams, %.0f among 2,001", few, many)
+	if many > few {
+		t.Fatalf("resolving a URL allocates %.0f times among 2,001 downstreams, %.0f among 11; want no more", many, few)
 	}
 }

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/queue/httpjob"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -93,6 +95,13 @@ func (p *parser) config(f *file) *Config {
 		}
 		cfg.Downstreams[ent.name] = d
 	}
+	cfg.origins = indexBaseURLs(cfg.Downstreams)
+	if cfg.Queue.Types != nil {
+		cfg.types = map[string]bool{}
+		for _, t := range cfg.Queue.Types {
+			cfg.types[t] = true
+		}
+	}
 	for _, ent := range f.Tenants {
 		path := join("tenants", ent.name)
 		switch {
@@ -100,6 +109,10 @@ func (p *parser) config(f *file) *Config {
 			p.add(p.keys[path].key, path, nil, "a tenant id must not be empty")
 		case len(ent.name) > queue.MaxTenantLen:
 			p.add(p.keys[path].key, path, nil, "a tenant id must be at most %d bytes, got %d", queue.MaxTenantLen, len(ent.name))
+		case !norm.NFC.IsNormalString(ent.name):
+			// Jobs must name their tenant in NFC (queue.Job.Tenant): an
+			// entry spelt otherwise would never apply.
+			p.add(p.keys[path].key, path, nil, "a tenant id must be in Unicode normalization form C (NFC), as jobs name it: write %+q", norm.NFC.String(ent.name))
 		default:
 			cfg.Tenants[ent.name] = p.tenant(&ent.val, ent.name, path)
 		}
@@ -129,7 +142,41 @@ func (p *parser) queue(qf *queueFile) Queue {
 	inRange(p, "queue.max_payload", qf.MaxPayload, 1, 64<<20)
 	inRange(p, "queue.retention", qf.Retention, 0, 30*24*time.Hour)
 	return Queue{Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: int(cmp.Or(qf.Prefetch, 64)),
-		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention}
+		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention, Types: p.types(qf.Types)}
+}
+
+// types checks queue.types and returns the list with the built-in
+// httpjob.Type added when the file does not name it; nil when the file
+// has no usable list.
+func (p *parser) types(list []string) []string {
+	const path = "queue.types"
+	if p.value(path) == nil {
+		return nil
+	}
+	if len(list) > MaxTypes {
+		p.add(p.value(path), path, nil, "may list at most %d job types, got %d", MaxTypes, len(list))
+		return nil
+	}
+	out := make([]string, 0, len(list)+1)
+	seen := map[string]int{}
+	for i, t := range list {
+		item := fmt.Sprintf("%s[%d]", path, i)
+		n := p.value(item)
+		switch first, dup := seen[t]; {
+		case n == nil:
+		case !names.Valid(t, queue.MaxTypeLen, ":/"):
+			p.add(n, item, nil, "a job type is 1 to %d characters of A-Z, a-z, 0-9, _, ., :, / and -, got %s", queue.MaxTypeLen, describe(n))
+		case dup:
+			p.add(n, item, nil, "%q is listed twice (first as %s[%d])", t, path, first)
+		default:
+			seen[t] = i
+			out = append(out, t)
+		}
+	}
+	if _, ok := seen[httpjob.Type]; !ok {
+		out = append(out, httpjob.Type)
+	}
+	return out
 }
 
 func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstream {
