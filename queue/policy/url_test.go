@@ -196,7 +196,9 @@ func TestDownstreamForIsALookup(t *testing.T) {
 	}
 	few, many := allocs(10), allocs(2000)
 	t.Logf("allocations per pair of URLs: %.0f among 11 downstreams, %.0f among 2,001", few, many)
-	if many > few {
-		t.Fatalf("resolving a URL allocates %.0f times among 2,001 downstreams, %.0f among 11; want no more", many, few)
+	// A scan allocates for every downstream (thousands here); the race
+	// detector and the error's text may add one or two either way.
+	if many > 2*few {
+		t.Fatalf("resolving a URL allocates %.0f times among 2,001 downstreams, %.0f among 11; want about as many", many, few)
 	}
 }
