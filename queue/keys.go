@@ -12,7 +12,10 @@ type keys struct {
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
 	// later holds the jobs not due yet (by due time); ldepth counts them
 	// per tenant.
-	later, ldepth           string
+	later, ldepth string
+	// full marks throttle keys whose next slot is too far away, until
+	// when (sorted set).
+	full                    string
 	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
@@ -33,6 +36,7 @@ func newKeys(prefix, queue string) keys {
 		ids:          k("ids"),
 		later:        k("later"),
 		ldepth:       k("ldepth"),
+		full:         k("full"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",

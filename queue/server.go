@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -88,7 +89,6 @@ type ServerConfig struct {
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
 // waiting room, and the throttle before each handler.
 type Server struct {
-	budgets   map[string]*budget // the dispatcher's
 	client    redis.UniversalClient
 	cfg       ServerConfig
 	keys      keys
@@ -140,7 +140,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
-	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
+	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1),
 		// A quarter of the prefetch (docs/queue.md, The dispatcher).
 		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
@@ -238,11 +238,11 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		r, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
+		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.cost())
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused))
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d))
 		}
 		if err != nil {
 			return s.throttleError(job, err)
@@ -279,17 +279,21 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			return Permanent(fmt.Errorf("%w: job %s of tenant %.64q: downstream %q refused it %d times (max_refusals); the last: %s",
 				ErrRefusedTooOften, job.ID, job.Tenant, job.Downstream, job.refused, re.Reason))
 		}
-		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
+		m := ""
+		if re.Refused {
+			m = mark(job, d) // the fleet is paused on the key
+		}
+		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m)
 	}
 	// A handler that paces its own calls says "not now" with the
 	// throttle's own errors: back to the waiting room, no retry spent.
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
-		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused))
+		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "")
 	}
 	var busy *throttle.BusyError
 	if errors.As(err, &busy) {
-		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held")
+		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held", "")
 	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
@@ -332,7 +336,7 @@ func tooFar(job *Job, paused time.Duration) string {
 // (docs/throttle.md, Concurrency leases). The job holds no goroutine
 // meanwhile, and spends no retry.
 func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string) error {
-	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream)); err != nil {
+	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), ""); err != nil {
 		return err
 	}
 	enc, _, _ := s.keys.tenant(job.Tenant)
@@ -387,9 +391,36 @@ func (s *Server) left() {
 	}
 }
 
+// handOverHorizon is the furthest slot a worker books for a job of the
+// queue (when its downstream's max_wait allows that long): a job whose
+// slot is further away goes back to the waiting room, so that no worker
+// sleeps long for a slot while other tenants' jobs wait.
+const handOverHorizon = time.Second
+
+// horizon is lim with its wait cut to handOverHorizon.
+func horizon(lim throttle.Limit) throttle.Limit {
+	if lim.WaitLimit() > handOverHorizon {
+		lim.MaxWait = handOverHorizon
+	}
+	return lim
+}
+
+// mark is the name under which a put-back marks job's throttle key full
+// in the waiting room (queue_claim.lua): the downstream's name for a
+// shared bucket, with "/" and the encoded tenant for a tenant's own.
+func mark(job *Job, d Downstream) string {
+	if !d.PerTenant {
+		return job.Downstream
+	}
+	enc, _ := keyspace.Encode(job.Tenant) // decodeJob refused an empty tenant
+	return job.Downstream + "/" + enc
+}
+
 // putBack returns job to the head of its tenant's list, its tenant asleep
-// for d, and completes the asynq task with a result that says why.
-func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason string) error {
+// for d, and completes the asynq task with a result that says why. A mark
+// (see mark; "" for none) tells the claims to hand over no job of that
+// throttle key for d, whatever its tenant.
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason, mark string) error {
 	job.moves++
 	item, err := job.item(s.cfg.Queue)
 	if err != nil {
@@ -398,8 +429,8 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 	enc, list, _ := s.keys.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
 	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason)).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full},
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason), mark).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
