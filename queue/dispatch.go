@@ -3,31 +3,52 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
-// dispatchLoop moves jobs from the waiting room into asynq until ctx ends.
-func (s *Server) dispatchLoop(ctx context.Context) {
+// dispatcher feeds one shard of the waiting room to asynq.
+type dispatcher struct {
+	keys     keys
+	prefetch int // the shard's share of ServerConfig.Prefetch
+	// wake tells the dispatcher that wakeAfter jobs of this process have
+	// left the shard's asynq pending list since its last claim
+	// (startedHere), or that a tenant was woken.
+	wake        chan struct{}
+	startedHere atomic.Int64
+	wakeAfter   int64
+}
+
+// poke wakes the dispatcher if it waits.
+func (d *dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatchLoop moves jobs from d's shard into asynq until ctx ends.
+func (s *Server) dispatchLoop(ctx context.Context, d *dispatcher) {
 	failures := 0
 	var published time.Time
 	for ctx.Err() == nil {
 		// asynqmon and the Inspector see only the queues asynq lists, as
 		// its Client does on an enqueue.
 		if time.Since(published) > 10*time.Second {
-			if err := s.client.SAdd(ctx, "asynq:queues", s.cfg.Queue).Err(); err == nil {
+			if err := s.client.SAdd(ctx, "asynq:queues", d.keys.queue).Err(); err == nil {
 				published = time.Now()
 			}
 		}
-		wait, err := s.dispatchOne(ctx)
+		wait, err := s.claim(ctx, d)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
 			wait = min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
-			s.log.Warn("sluice: dispatcher", "queue", s.cfg.Queue, "err", err, "retry_in", wait)
+			s.log.Warn("sluice: dispatcher", "queue", d.keys.queue, "err", err, "retry_in", wait)
 		} else {
 			failures = 0
 		}
@@ -40,7 +61,7 @@ func (s *Server) dispatchLoop(ctx context.Context) {
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-s.wake: // jobs of this process left asynq's pending list
+		case <-d.wake:
 			timer.Stop()
 		}
 	}
@@ -60,14 +81,19 @@ const (
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 32
 
-// dispatchOne hands a batch of jobs to asynq. It returns how long to wait
-// before the next attempt (0: go on at once).
+// dispatchOne runs one claim on the first shard, for tests.
 func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
-	k := s.keys
-	s.startedHere.Store(0)
+	return s.claim(ctx, s.disp[0])
+}
+
+// claim hands a batch of d's shard's jobs to asynq. It returns how long
+// to wait before the next attempt (0: go on at once).
+func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error) {
+	k := d.keys
+	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full},
-		s.cfg.Prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention).Slice()
+		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -86,7 +112,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 	case claimJunk:
 		enc, _ := v[1].(string)
 		text, _ := v[2].(string)
-		return 0, s.handOverUndecodable(ctx, enc, text)
+		return 0, s.handOverUndecodable(ctx, k, enc, text)
 	case claimTaken:
 		n, _ := v[1].(int64)
 		s.metrics.handed.Add(float64(n))
@@ -105,8 +131,7 @@ func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
 // take runs queue_take.lua: it hands over the claimed text at the head of
 // a tenant's list, or in (if given) in its place, unless another
 // dispatcher took it first.
-func (s *Server) take(ctx context.Context, enc, claimed string, in ...any) (bool, error) {
-	k := s.keys
+func (s *Server) take(ctx context.Context, k keys, enc, claimed string, in ...any) (bool, error) {
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
 		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
 		append([]any{claimed, s.cfg.now(), k.asynqTask, s.retention}, in...)...).Int()
@@ -121,13 +146,13 @@ const undecodableType = "sluice.undecodable"
 // entry to asynq in its place, as the payload of a task that the worker
 // refuses and asynq archives, rather than let it stop every claim behind
 // it.
-func (s *Server) handOverUndecodable(ctx context.Context, enc, text string) error {
+func (s *Server) handOverUndecodable(ctx context.Context, k keys, enc, text string) error {
 	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
-	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), s.cfg.Queue, 0, int64(j.timeout()/time.Second))
-	if taken, err := s.take(ctx, enc, text, in); !taken {
+	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), k.queue, 0, int64(j.timeout()/time.Second))
+	if taken, err := s.take(ctx, k, enc, text, in); !taken {
 		return err
 	}
 	s.log.Warn("sluice: dispatcher: text in a tenant's list is no job; handed to asynq to archive",
-		"queue", s.cfg.Queue, "task", j.taskID())
+		"queue", k.queue, "task", j.taskID())
 	return nil
 }
