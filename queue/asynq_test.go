@@ -71,7 +71,7 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 				// tasks stay pending for the Inspector.
 				dctx, stop := context.WithCancel(ctx)
 				done := make(chan struct{})
-				go func() { defer close(done); s.dispatchLoop(dctx) }()
+				go func() { defer close(done); s.dispatchLoop(dctx, s.disp[0]) }()
 				ins := asynq.NewInspectorFromRedisClient(client)
 				var pending []*asynq.TaskInfo
 				waitFor(t, 10*time.Second, "the jobs to be handed over", func() bool {

@@ -21,21 +21,33 @@ type Backlog struct {
 // first, among at most look tenants with jobs, and how many it looked at.
 // The waiting room keeps no order by backlog, so with more than look
 // tenants the answer covers a random sample of them, not all: a page can
-// show it whatever the number of tenants. It costs one SRANDMEMBER, one
+// show it whatever the number of tenants. It costs one SRANDMEMBER a shard, one
 // pipeline of look LLENs and, for ids that key names do not keep as they
 // are, one pipeline of up to n LINDEXes.
 func (p *Producer) Backlogs(ctx context.Context, n, look int) (top []Backlog, looked int, err error) {
 	if n <= 0 || look <= 0 {
 		return nil, 0, nil
 	}
-	encs, err := p.client.SRandMemberN(ctx, p.keys.members, int64(look)).Result()
-	if err != nil || len(encs) == 0 {
-		return nil, 0, err
+	// An even share of look from each shard.
+	var encs []string
+	for i, k := range p.shards {
+		share := p.shards.bound(int64(look), i)
+		if share == 0 {
+			continue
+		}
+		e, err := p.client.SRandMemberN(ctx, k.members, share).Result()
+		if err != nil {
+			return nil, 0, err
+		}
+		encs = append(encs, e...)
+	}
+	if len(encs) == 0 {
+		return nil, 0, nil
 	}
 	pipe := p.client.Pipeline()
 	lens := make([]*redis.IntCmd, len(encs))
 	for i, e := range encs {
-		lens[i] = pipe.LLen(ctx, p.keys.tenantPrefix+e)
+		lens[i] = pipe.LLen(ctx, p.shards.of(e).tenantPrefix+e)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, 0, err
@@ -56,7 +68,7 @@ func (p *Producer) Backlogs(ctx context.Context, n, look int) (top []Backlog, lo
 		if id, ok := strings.CutPrefix(b.Tenant, "="); ok {
 			top[i].Tenant = id
 		} else if b.Jobs > 0 {
-			heads[i] = pipe.LIndex(ctx, p.keys.tenantPrefix+b.Tenant, 0)
+			heads[i] = pipe.LIndex(ctx, p.shards.of(b.Tenant).tenantPrefix+b.Tenant, 0)
 		}
 	}
 	if len(heads) > 0 {

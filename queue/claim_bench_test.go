@@ -41,7 +41,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	k := p.keys
+	k := p.shards[0]
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
 			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why},

@@ -27,7 +27,7 @@ import (
 // roomKeys lists every key of p's waiting room that an enqueue for tenants
 // may write, admission state under algs included.
 func roomKeys(p *Producer, tenants []string, algs ...algorithms.Algorithm) []string {
-	k := p.keys
+	k := p.shards[0]
 	keys := []string{k.meta, k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.ids, k.asynqPending}
 	for _, tenant := range tenants {
 		enc, list, _ := k.tenant(tenant)
@@ -56,7 +56,7 @@ func wantDuplicate(t *testing.T, err error, cfg Config, id string) {
 // (0 when no job of it is waiting).
 func idCount(t *testing.T, client redis.UniversalClient, p *Producer, tenant, id string) int64 {
 	t.Helper()
-	n, err := client.HGet(context.Background(), p.keys.ids, (&Job{Tenant: tenant, ID: id}).ScopedID()).Int64()
+	n, err := client.HGet(context.Background(), p.shards[0].ids, (&Job{Tenant: tenant, ID: id}).ScopedID()).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestDuplicateIDConcurrentProducers(t *testing.T) {
 		if err != nil || st.Depth != ids*tenants {
 			t.Fatalf("stats %+v, %v; want depth %d", st, err, ids*tenants)
 		}
-		if n, err := client.HLen(context.Background(), producers[0].keys.ids).Result(); err != nil || n != ids*tenants {
+		if n, err := client.HLen(context.Background(), producers[0].shards[0].ids).Result(); err != nil || n != ids*tenants {
 			t.Fatalf("%d ids recorded (%v); want %d", n, err, ids*tenants)
 		}
 	})
@@ -236,7 +236,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 		empty := func() bool {
 			st, err := p.Stats(ctx)
 			td, err2 := p.TenantDepth(ctx, "a")
-			n, err3 := client.Exists(ctx, p.keys.ids).Result()
+			n, err3 := client.Exists(ctx, p.shards[0].ids).Result()
 			return err == nil && err2 == nil && err3 == nil && st.Depth == 0 && st.HandedOver == 0 && len(st.ByClass) == 0 && td == 0 && n == 0
 		}
 		waitFor(t, 20*time.Second, "5 jobs to run and the queue to empty", func() bool { return rec.count() >= 5 && empty() })
@@ -388,7 +388,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		clock.advance(2 * time.Minute)
 		waitFor(t, 10*time.Second, "the first job to run again, the third to run and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, p.keys.ids).Result()
+			n, err2 := client.Exists(ctx, p.shards[0].ids).Result()
 			return ran("first") == 2 && ran("third") == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
 		})
 		if ran("second") != 1 || ran("fourth") != 0 {
@@ -419,7 +419,7 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 0 {
 			t.Fatalf("tenant depth after the hand-over %d, %v; want 0", td, err)
 		}
-		if n, err := client.Exists(ctx, p.keys.ids).Result(); err != nil || n != 0 {
+		if n, err := client.Exists(ctx, p.shards[0].ids).Result(); err != nil || n != 0 {
 			t.Fatalf("ids of handed-over jobs: %d, %v; want none", n, err)
 		}
 		_, err := p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
@@ -429,10 +429,10 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 		}
 		// asynq gives j0 to a worker (its dequeue: pending to active), an
 		// operator archives j2 and deletes j3.
-		if err := client.LRem(ctx, p.keys.asynqPending, 1, task["j0"]).Err(); err != nil {
+		if err := client.LRem(ctx, p.shards[0].asynqPending, 1, task["j0"]).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.HSet(ctx, p.keys.asynqTask+task["j0"], "state", "active").Err(); err != nil {
+		if err := client.HSet(ctx, p.shards[0].asynqTask+task["j0"], "state", "active").Err(); err != nil {
 			t.Fatal(err)
 		}
 		// The running dispatcher lists the queue for asynq; this test's
@@ -491,7 +491,7 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 				chosen = append(chosen, r.ID)
 			}
 		}
-		ids, err := client.HGetAll(ctx, p.keys.ids).Result()
+		ids, err := client.HGetAll(ctx, p.shards[0].ids).Result()
 		if err != nil || len(ids) != 1 || ids["=a/mine"] != "1" {
 			t.Fatalf("ids hash %v, %v; want only mine, once (chosen ids %q not recorded)", ids, err, chosen)
 		}
@@ -503,10 +503,10 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 		if _, err := s.dispatchOne(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := client.LLen(ctx, p.keys.asynqPending).Result(); err != nil || n != 3 {
+		if n, err := client.LLen(ctx, p.shards[0].asynqPending).Result(); err != nil || n != 3 {
 			t.Fatalf("pending %d, %v; want the 3 jobs handed over", n, err)
 		}
-		if n, err := client.Exists(ctx, p.keys.ids).Result(); err != nil || n != 0 {
+		if n, err := client.Exists(ctx, p.shards[0].ids).Result(); err != nil || n != 0 {
 			t.Fatalf("ids hash exists (%d, %v) after every job was handed over", n, err)
 		}
 	})

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,12 +151,12 @@ func claimCost(t *testing.T, client *redis.Client, s *Server, n int) float64 {
 }
 
 // TestExhaustedTenantCostsNothing: per-tenant downstream quotas; A's is
-// exhausted (paused after a 429). B's jobs are handed over in the first
-// claims, none of A's, and A's waiting jobs cost no Redis commands: a
-// claim costs what it costs on an empty waiting room, because the
-// dispatcher skips A before dequeue. The claims are driven one by one
-// and counted, so a busy machine cannot break the test; then a worker
-// runs B's jobs and none of A's.
+// exhausted (paused after a 429). A worker books B's jobs and runs them;
+// the first of A's jobs it is handed goes back, putting A to sleep and
+// marking A's key full, and none of A's runs. From then on A's 1,000
+// waiting jobs cost no Redis commands: a claim costs what it costs on an
+// empty waiting room. The claims are then driven one by one and counted,
+// so a busy machine cannot break the test.
 func TestExhaustedTenantCostsNothing(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
 	client := srv.Client(t)
@@ -189,45 +190,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 	}
 	fill(t, p, "A", 1000, "api")
 	fill(t, p, "B", 20, "api")
-	// B's jobs go at once, claim after claim, never told to wait behind
-	// A: one claim shows A's job to the throttle, which puts A to sleep;
-	// one shows B's, and then B's budget carries its jobs in batches
-	// (the throttle is peeked, not booked, until a worker takes them).
-	for claims := 1; ; claims++ {
-		wait, err := d.dispatchOne(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := p.Stats(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.HandedOver == 20 && st.Depth == 1020 {
-			t.Logf("B's 20 jobs handed over in %d claims", claims)
-			break
-		}
-		if st.HandedOver > 20 {
-			t.Fatalf("stats %+v: more than B's 20 jobs handed over with A paused", st)
-		}
-		if wait > 0 {
-			t.Fatalf("claim %d: told to wait %v with B's jobs waiting (stats %+v)", claims, wait, st)
-		}
-		if claims > 8 {
-			t.Fatalf("B's jobs still waiting after %d claims (stats %+v)", claims, st)
-		}
-	}
-	if st, _ := p.Stats(ctx); st.Sleeping != 1 || st.Depth-st.HandedOver != 1000 {
-		t.Fatalf("stats %+v: want A asleep with its 1,000 jobs", st)
-	}
-	// Now only A's paused backlog waits: a claim costs what it costs on an
-	// empty waiting room, not in proportion to 1,000 jobs.
-	waiting := claimCost(t, client, d, n)
-	t.Logf("Redis commands per claim: empty waiting room %.2f, with A's 1,000 jobs paused %.2f", idle, waiting)
-	if waiting > idle+0.5 {
-		t.Fatalf("with A's 1,000 jobs paused a claim costs %.2f commands, over the %.2f of an empty waiting room", waiting, idle)
-	}
 
-	// A worker runs B's 20 jobs at B's quota and none of A's.
 	var mu sync.Mutex
 	bRuns, aRuns := 0, 0
 	h := HandlerFunc(func(ctx context.Context, j *Job) error {
@@ -240,17 +203,93 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 		}
 		return nil
 	})
-	startServer(t, client, scfg, h)
-	waitFor(t, 30*time.Second, "B's 20 jobs", func() bool { mu.Lock(); defer mu.Unlock(); return bRuns >= 20 })
+	w := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, h)
+	waitFor(t, 30*time.Second, "B's 20 jobs, and A asleep with its 1,000", func() bool {
+		st, err := p.Stats(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		return err == nil && bRuns >= 20 && st.Sleeping == 1 && st.Depth == 1000 && st.HandedOver == 0
+	})
+	w.Shutdown()
 	mu.Lock()
 	ran := aRuns
 	mu.Unlock()
 	if ran != 0 {
 		t.Fatalf("%d of A's jobs ran during A's pause", ran)
 	}
-	if st, _ := p.Stats(ctx); st.Sleeping != 1 || st.Depth != 1000 {
+	// Now only A's paused backlog waits: a claim costs what it costs on an
+	// empty waiting room, not in proportion to 1,000 jobs.
+	waiting := claimCost(t, client, d, n)
+	t.Logf("Redis commands per claim: empty waiting room %.2f, with A's 1,000 jobs paused %.2f", idle, waiting)
+	if waiting > idle+0.5 {
+		t.Fatalf("with A's 1,000 jobs paused a claim costs %.2f commands, over the %.2f of an empty waiting room", waiting, idle)
+	}
+	if st, _ := p.Stats(ctx); st.Sleeping != 1 || st.Depth != 1000 || st.HandedOver != 0 {
 		t.Fatalf("stats %+v: want A asleep with its 1,000 jobs", st)
 	}
+}
+
+// TestMarkedKeySkipsEveryTenant: a shared downstream is paused. The first
+// job a worker is handed goes back and marks the key full; from then on
+// the claims hand over no job of that key, whatever its tenant: a tenant
+// whose next job names it sleeps until the mark ends, its jobs left
+// waiting, while a job of another downstream goes at once.
+func TestMarkedKeySkipsEveryTenant(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 1000)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		lim := throttle.Limit{Name: "api", Rate: 100, MaxWait: time.Second}
+		ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim}, name == "api" || name == "other" }
+		if _, err := th.Pause(ctx, "api", lim, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, p, "first", 1, "api")
+		rec := newRecorder()
+		w := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, rec)
+		waitFor(t, 30*time.Second, "the first job back in the waiting room", func() bool {
+			st, err := p.Stats(ctx)
+			return err == nil && st.Sleeping == 1 && st.Depth == 1 && st.HandedOver == 0
+		})
+		// Ten more tenants on the paused key, one on another downstream.
+		for i := range 10 {
+			fill(t, p, fmt.Sprintf("t%d", i), 3, "api")
+		}
+		fill(t, p, "free", 1, "other")
+		waitFor(t, 30*time.Second, "the other downstream's job, and the ten tenants asleep", func() bool {
+			st, err := p.Stats(ctx)
+			return err == nil && rec.count() == 1 && st.Sleeping == 11 && st.Depth == 31 && st.HandedOver == 0
+		})
+		w.Shutdown()
+		var sleepers []Sleeper
+		if sleepers, err = p.Sleepers(ctx, 20); err != nil || len(sleepers) != 11 {
+			t.Fatalf("sleepers %v, %v", sleepers, err)
+		}
+		if got := rec.order[0].Tenant; got != "free" {
+			t.Fatalf("ran %s's job; want only free's", got)
+		}
+		// None of the ten tenants' jobs was handed over (and put back).
+		for i := range 10 {
+			_, list, _ := w.keys.tenant(fmt.Sprintf("t%d", i))
+			items, err := client.LRange(ctx, list, 0, -1).Result()
+			if err != nil || len(items) != 3 {
+				t.Fatalf("t%d's list: %d jobs, %v", i, len(items), err)
+			}
+			for _, it := range items {
+				if j, err := decodeItem(it); err != nil || j.moves != 0 {
+					t.Fatalf("t%d's job: %+v, %v; want it never handed over", i, j, err)
+				}
+			}
+		}
+	})
 }
 
 // TestClaimGoesOnPastEmptiedTenants: tenants whose lists have emptied stay

@@ -302,7 +302,7 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 		t.Fatalf("accepted a body that does not decode: %v", err)
 	}
 	ctx := context.Background()
-	_, list, err := room.p.keys.tenant(req.Tenant)
+	_, list, err := room.p.shards[0].tenant(req.Tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,13 +477,13 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 				keys := tg.keys(t)
 				checkKeyNames(t, keys, cfg.Queue)
 				// One list and one admission key per tenant, plus meta,
-				// ring and members (no weights: every tenant has the
+				// ring, members and the shard count (no weights: every tenant has the
 				// default weight 1, which is not stored; no ids: the
 				// producer chose them, and does not record those; no
 				// cdepth: every job is of the default class, which is not
 				// counted there).
-				if len(keys) != 2*len(tenants)+3 {
-					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+3, keys)
+				if len(keys) != 2*len(tenants)+4 {
+					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+4, keys)
 				}
 			}
 
@@ -527,19 +527,20 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 			}
 			mu.Unlock()
 			// The waiting room empties: once the dispatcher has seen each
-			// tenant's list empty, only meta (depth 0) and the admission
-			// state (with its TTL) are left.
+			// tenant's list empty, only meta (depth 0), the admission
+			// state (with its TTL) and the queue's shard count are left.
 			leftover := func() []string {
 				var left []string
 				if tg.keys != nil {
 					for _, k := range tg.keys(t) {
-						if strings.HasPrefix(k, DefaultPrefix+":") && !strings.HasPrefix(k, p.keys.admPrefix) && k != p.keys.meta {
+						if strings.HasPrefix(k, DefaultPrefix+":") && !strings.HasPrefix(k, p.shards[0].admPrefix) && k != p.shards[0].meta &&
+							!strings.HasPrefix(k, DefaultPrefix+":shards:") {
 							left = append(left, k)
 						}
 					}
 					return left
 				}
-				k := p.keys
+				k := p.shards[0]
 				check := []string{k.cdepth, k.ring, k.members, k.weights, k.turns, k.sleep, k.ids}
 				for _, tenant := range tenants {
 					_, list, _ := k.tenant(tenant)
@@ -566,7 +567,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 			}
 			if tg.keys != nil {
 				for _, k := range tg.keys(t) {
-					if !strings.HasPrefix(k, p.keys.admPrefix) {
+					if !strings.HasPrefix(k, p.shards[0].admPrefix) {
 						continue
 					}
 					if ttl, err := client.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
@@ -825,7 +826,7 @@ func TestScriptRefusalsChangeNothing(t *testing.T) {
 			// Room for one more in the queue (as if a worker had taken a
 			// job): acme's backlog is still full, and limited's window
 			// has no more admissions.
-			if err := client.HIncrBy(ctx, p.keys.meta, "depth", -1).Err(); err != nil {
+			if err := client.HIncrBy(ctx, p.shards[0].meta, "depth", -1).Err(); err != nil {
 				t.Fatal(err)
 			}
 			refuse(Job{ID: "n1", Tenant: "acme", Type: "tenant-full"}, Job{ID: "n1", Tenant: "limited", Type: "limited"})
@@ -834,7 +835,7 @@ func TestScriptRefusalsChangeNothing(t *testing.T) {
 			if _, err := p.Enqueue(ctx, Job{ID: "n1", Tenant: "other", Type: "x"}); err != nil {
 				t.Fatalf("n1 for a tenant with room: %v", err)
 			}
-			if d, err := client.HGet(ctx, p.keys.meta, "depth").Int64(); err != nil || d != 4 {
+			if d, err := client.HGet(ctx, p.shards[0].meta, "depth").Int64(); err != nil || d != 4 {
 				t.Errorf("depth %d (%v); want 4", d, err)
 			}
 		})

@@ -40,7 +40,7 @@ func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
-		k := p.keys
+		k := p.shards[0]
 		ac := asynq.NewClientFromRedisClient(client)
 		defer ac.Close()
 		for i, job := range jobs {
@@ -131,7 +131,7 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 	if _, err := s.dispatchOne(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pending, err := client.LRange(ctx, p.keys.asynqPending, 0, -1).Result()
+	pending, err := client.LRange(ctx, p.shards[0].asynqPending, 0, -1).Result()
 	if err != nil || len(pending) != len(ids) {
 		t.Fatalf("asynq's pending list %q, %v; want %d tasks", pending, err, len(ids))
 	}
@@ -328,7 +328,7 @@ func TestUndecodableEntryArchived(t *testing.T) {
 func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, withThrottle bool) {
 	ctx := context.Background()
 	cfg, p := testProducer(t, client, 100)
-	k := p.keys
+	k := p.shards[0]
 	_, list, _ := k.tenant("a")
 	// An entry the claim reads whose envelope has no tenant: with a
 	// throttle, the dispatcher cannot read it to check the downstream it
@@ -406,7 +406,7 @@ func TestPutBackJobRunsAgain(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
-		_, list, _ := p.keys.tenant("a")
+		_, list, _ := p.shards[0].tenant("a")
 		for _, id := range []string{"first", "moved"} {
 			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x", Payload: []byte("payload of " + id)}); err != nil {
 				t.Fatal(err)

@@ -1,18 +1,34 @@
 package queue
 
-import "github.com/sluicehq/sluice/internal/keyspace"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/keyspace"
+)
 
 // DefaultPrefix starts every key of the waiting room.
 const DefaultPrefix = "sluice:q"
 
-// keys are the waiting room's key names for one queue, and the names of
-// the asynq keys its scripts write, all with asynq's hash tag {Q}
-// (docs/queue.md, Keys).
+// keys are the waiting room's key names for one shard of a queue, and
+// the names of the asynq keys its scripts write, all with the hash tag of
+// the shard's asynq queue, asynq's own (docs/queue.md, Keys).
 type keys struct {
+	// queue is the shard's asynq queue: the queue's name for a queue of
+	// one shard, else the name, ":" and the shard's number.
+	queue                                                        string
 	meta, cdepth, ring, members, weights, turns, sleep, why, ids string
 	// later holds the jobs not due yet (by due time); ldepth counts them
 	// per tenant.
-	later, ldepth           string
+	later, ldepth string
+	// full marks throttle keys whose next slot is too far away, until
+	// when (sorted set).
+	full                    string
 	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
@@ -22,6 +38,7 @@ func newKeys(prefix, queue string) keys {
 	tag := ":{" + queue + "}"
 	k := func(kind string) string { return prefix + ":" + kind + tag }
 	return keys{
+		queue:        queue,
 		meta:         k("meta"),
 		cdepth:       k("cdepth"),
 		ring:         k("ring"),
@@ -33,6 +50,7 @@ func newKeys(prefix, queue string) keys {
 		ids:          k("ids"),
 		later:        k("later"),
 		ldepth:       k("ldepth"),
+		full:         k("full"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
@@ -52,4 +70,96 @@ func (k keys) tenant(id string) (enc, list string, err error) {
 // admission returns the key of a tenant's admission state under alg.
 func (k keys) admission(alg, enc string) string {
 	return k.admPrefix + alg + ":" + enc
+}
+
+// MaxShards is the most shards a queue may have (Config.Shards).
+const MaxShards = 256
+
+// shards are the key names of every shard of a queue, by shard number.
+type shards []keys
+
+// newShards returns the keys of the n shards of queue.
+func newShards(prefix, queue string, n int) shards {
+	if n <= 1 {
+		return shards{newKeys(prefix, queue)}
+	}
+	s := make(shards, n)
+	for i := range s {
+		s[i] = newKeys(prefix, queue+":"+strconv.Itoa(i))
+	}
+	return s
+}
+
+// of returns the keys of the shard that holds the tenant encoded as enc:
+// a tenant's jobs, admission state and marks all live in one shard.
+func (s shards) of(enc string) keys {
+	if len(s) == 1 {
+		return s[0]
+	}
+	return s[crc32.ChecksumIEEE([]byte(enc))%uint32(len(s))]
+}
+
+// tenant returns the keys of tenant id's shard, the encoded tenant and
+// the key of its list.
+func (s shards) tenant(id string) (k keys, enc, list string, err error) {
+	enc, err = keyspace.Encode(id)
+	if err != nil {
+		return keys{}, "", "", err
+	}
+	k = s.of(enc)
+	return k, enc, k.tenantPrefix + enc, nil
+}
+
+// bound is shard i's share of a queue bound: the shares add up to the
+// bound exactly, and differ by at most one.
+func (s shards) bound(total int64, i int) int64 {
+	n := int64(len(s))
+	b := total / n
+	if int64(i) < total%n {
+		b++
+	}
+	return b
+}
+
+// index returns the number of the shard whose asynq queue is name, or -1.
+func (s shards) index(name string) int {
+	for i, k := range s {
+		if k.queue == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// queues returns the asynq queues of the shards.
+func (s shards) queues() []string {
+	q := make([]string, len(s))
+	for i, k := range s {
+		q[i] = k.queue
+	}
+	return q
+}
+
+// ErrShardsChanged is returned when a queue's Config.Shards differs from
+// the number its waiting room was created with.
+var ErrShardsChanged = errors.New("sluice: queue's shard count changed")
+
+// checkShards records the queue's shard count in Redis on its first use,
+// and refuses a config whose count differs from the one recorded: tenants
+// would move to other shards, and jobs waiting in a shard beyond the new
+// count would never be drained.
+func checkShards(ctx context.Context, client redis.UniversalClient, prefix, queue string, n int) error {
+	key := prefix + ":shards:{" + queue + "}"
+	if err := client.SetNX(ctx, key, n, 0).Err(); err != nil {
+		return fmt.Errorf("sluice: queue %q: recording its shard count: %w", queue, err)
+	}
+	got, err := client.Get(ctx, key).Int()
+	if err != nil {
+		return fmt.Errorf("sluice: queue %q: reading its shard count: %w", queue, err)
+	}
+	if got != n {
+		return fmt.Errorf("%w: queue %q was created with %d shards, and this config says %d; set shards back to %d, or drain the queue and delete %s first",
+			ErrShardsChanged, queue, got, n, got, key)
+	}
+	return nil
 }

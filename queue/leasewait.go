@@ -154,12 +154,10 @@ func (s *Server) wakeTenant(enc string) {
 	// the ring. XX: a tenant that woke meanwhile is left alone.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 5*time.Second)
 	defer cancel()
-	if err := s.client.ZAddArgs(ctx, s.keys.sleep, redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Member: enc}}}).Err(); err != nil {
+	k := s.shards.of(enc)
+	if err := s.client.ZAddArgs(ctx, k.sleep, redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Member: enc}}}).Err(); err != nil {
 		s.log.Warn("sluice: waking a tenant waiting for a lease", "queue", s.cfg.Queue, "err", err)
 		return
 	}
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.disp[s.shards.index(k.queue)].poke()
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,15 @@ type Config struct {
 	// TenantBound is the most jobs one tenant may have in the waiting
 	// room, not yet handed to asynq (TenantDepth); 0 for no bound.
 	TenantBound int64
+	// Shards is how many shards the waiting room spreads over, each
+	// under its own hash tag with its own asynq queue ("<Queue>:<n>"), so
+	// that on Redis Cluster a queue's work spreads over the masters.
+	// Default 1 (one tag, the queue's name, as asynq's). A tenant lives
+	// in one shard, chosen by a hash of its id; each shard holds its
+	// share of Bound exactly (docs/queue.md, Shards). At most MaxShards.
+	// Fixed when the queue is first used: a different count is refused
+	// with ErrShardsChanged.
+	Shards int
 	// MaxPayload is the largest payload accepted; default
 	// DefaultMaxPayload.
 	MaxPayload int
@@ -86,6 +96,13 @@ func (c *Config) fill() error {
 	if c.TenantBound < 0 {
 		return fmt.Errorf("sluice: queue %q: TenantBound must not be negative, got %d", c.Queue, c.TenantBound)
 	}
+	c.Shards = cmp.Or(c.Shards, 1)
+	if c.Shards < 1 || c.Shards > MaxShards {
+		return fmt.Errorf("sluice: queue %q: Shards must be 1 to %d, got %d", c.Queue, MaxShards, c.Shards)
+	}
+	if c.Bound < int64(c.Shards) {
+		return fmt.Errorf("sluice: queue %q: Bound %d is below its %d shards' one job each", c.Queue, c.Bound, c.Shards)
+	}
 	if c.MemoryHeadroom == 0 {
 		c.MemoryHeadroom = DefaultMemoryHeadroom
 	}
@@ -113,7 +130,7 @@ func (c *Config) now() string {
 type Producer struct {
 	client redis.UniversalClient
 	cfg    Config
-	keys   keys
+	shards shards
 	mem    memoryGate
 }
 
@@ -131,7 +148,7 @@ func NewProducer(client redis.UniversalClient, opts *Config) (*Producer, error) 
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Producer{client: client, cfg: cfg, keys: newKeys(cfg.Prefix, cfg.Queue)}, nil
+	return &Producer{client: client, cfg: cfg, shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards)}, nil
 }
 
 // Receipt describes an accepted job.
@@ -206,8 +223,8 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	tp := p.cfg.Tenants(job.Tenant)
 	job.class = cmp.Or(tp.Class, defaultClass)
 	weight := min(max(tp.Weight, 1), 100)
-	enc, list, _ := p.keys.tenant(job.Tenant) // validate refused an empty tenant, Encode's only error
-	item, err := job.item(p.cfg.Queue)
+	k, enc, list, _ := p.shards.tenant(job.Tenant) // validate refused an empty tenant, Encode's only error
+	item, err := job.item(k.queue)
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}
@@ -227,7 +244,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		}
 		alg, capacity = string(pol.Algorithm), pol.Capacity()
 	}
-	k := p.keys
+	bound := p.shards.bound(p.cfg.Bound, p.shards.index(k.queue))
 	// KEYS and ARGV as queue_enqueue.lua lists them; "" for a default.
 	admKey := k.admission(cmp.Or(alg, "none"), enc)
 	due := int64(0)
@@ -236,7 +253,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth},
-		enc, item, p.cfg.Bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
+		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
 		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Int64Slice()
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
@@ -290,31 +307,48 @@ type Stats struct {
 
 // Stats reads the waiting room's counters (a handful of commands).
 func (p *Producer) Stats(ctx context.Context) (Stats, error) {
-	k := p.keys
+	type shardStats struct {
+		depth, classes                   *redis.MapStringStringCmd
+		handed, tenants, sleeping, later *redis.IntCmd
+		meta                             *redis.StringCmd
+	}
 	pipe := p.client.Pipeline()
-	depth := pipe.HGet(ctx, k.meta, "depth")
-	handed := pipe.LLen(ctx, k.asynqPending)
-	tenants := pipe.SCard(ctx, k.members)
-	sleeping := pipe.ZCard(ctx, k.sleep)
-	later := pipe.ZCard(ctx, k.later)
-	classes := pipe.HGetAll(ctx, k.cdepth)
+	all := make([]shardStats, len(p.shards))
+	for i, k := range p.shards {
+		all[i] = shardStats{
+			meta:     pipe.HGet(ctx, k.meta, "depth"),
+			handed:   pipe.LLen(ctx, k.asynqPending),
+			tenants:  pipe.SCard(ctx, k.members),
+			sleeping: pipe.ZCard(ctx, k.sleep),
+			later:    pipe.ZCard(ctx, k.later),
+			classes:  pipe.HGetAll(ctx, k.cdepth),
+		}
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Stats{}, err
 	}
-	d, _ := depth.Int64()
-	st := Stats{Depth: d + handed.Val(), HandedOver: handed.Val(), Tenants: tenants.Val(), Sleeping: sleeping.Val(), Later: later.Val(), ByClass: map[string]int64{}}
-	// The scripts count every class but the default one (most jobs, one
-	// command less each); the default class has the rest of the depth.
-	rest := d
-	for c, v := range classes.Val() {
-		n, _ := strconv.ParseInt(v, 10, 64)
-		if n > 0 {
-			st.ByClass[c] = n
-			rest -= n
+	st := Stats{ByClass: map[string]int64{}}
+	for _, sh := range all {
+		d, _ := sh.meta.Int64()
+		st.Depth += d + sh.handed.Val()
+		st.HandedOver += sh.handed.Val()
+		st.Tenants += sh.tenants.Val()
+		st.Sleeping += sh.sleeping.Val()
+		st.Later += sh.later.Val()
+		// The scripts count every class but the default one (most jobs,
+		// one command less each); the default class has the rest of the
+		// depth.
+		rest := d
+		for c, v := range sh.classes.Val() {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if n > 0 {
+				st.ByClass[c] += n
+				rest -= n
+			}
 		}
-	}
-	if rest > 0 {
-		st.ByClass[defaultClass] = rest
+		if rest > 0 {
+			st.ByClass[defaultClass] += rest
+		}
 	}
 	return st, nil
 }
@@ -322,13 +356,13 @@ func (p *Producer) Stats(ctx context.Context) (Stats, error) {
 // TenantDepth returns tenant's backlog, which TenantBound bounds: its
 // jobs in the waiting room, not yet handed to asynq, due or for later.
 func (p *Producer) TenantDepth(ctx context.Context, tenant string) (int64, error) {
-	enc, list, err := p.keys.tenant(tenant)
+	k, enc, list, err := p.shards.tenant(tenant)
 	if err != nil {
 		return 0, err
 	}
 	pipe := p.client.Pipeline()
 	due := pipe.LLen(ctx, list)
-	later := pipe.HGet(ctx, p.keys.ldepth, enc)
+	later := pipe.HGet(ctx, k.ldepth, enc)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
 	}
@@ -350,31 +384,37 @@ type Sleeper struct {
 }
 
 // Sleepers returns up to n of the sleeping tenants, the soonest to wake
-// first (two commands).
+// first (two commands a shard).
 func (p *Producer) Sleepers(ctx context.Context, n int) ([]Sleeper, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	zs, err := p.client.ZRangeWithScores(ctx, p.keys.sleep, 0, int64(n-1)).Result()
-	if err != nil || len(zs) == 0 {
-		return nil, err
+	var out []Sleeper
+	for _, k := range p.shards {
+		zs, err := p.client.ZRangeWithScores(ctx, k.sleep, 0, int64(n-1)).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(zs) == 0 {
+			continue
+		}
+		fields := make([]string, len(zs))
+		for i, z := range zs {
+			fields[i], _ = z.Member.(string)
+		}
+		whys, err := p.client.HMGet(ctx, k.why, fields...).Result()
+		if err != nil {
+			return nil, err
+		}
+		for i, z := range zs {
+			// Every script that puts a tenant to sleep says why in the same step.
+			text, _ := whys[i].(string)
+			tenant, why, _ := strings.Cut(text, "\t")
+			out = append(out, Sleeper{Tenant: tenant, Until: time.UnixMicro(int64(z.Score)), Why: why})
+		}
 	}
-	fields := make([]string, len(zs))
-	for i, z := range zs {
-		fields[i], _ = z.Member.(string)
-	}
-	whys, err := p.client.HMGet(ctx, p.keys.why, fields...).Result()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Sleeper, len(zs))
-	for i, z := range zs {
-		// Every script that puts a tenant to sleep says why in the same step.
-		text, _ := whys[i].(string)
-		tenant, why, _ := strings.Cut(text, "\t")
-		out[i] = Sleeper{Tenant: tenant, Until: time.UnixMicro(int64(z.Score)), Why: why}
-	}
-	return out, nil
+	slices.SortStableFunc(out, func(a, b Sleeper) int { return a.Until.Compare(b.Until) })
+	return out[:min(n, len(out))], nil
 }
 
 // sleepText is what the why hash keeps of a sleeping tenant: its id, cut

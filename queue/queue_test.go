@@ -138,7 +138,7 @@ func TestAdmissionAndTenantBound(t *testing.T) {
 			t.Fatalf("stats %+v, %v; want 2 gold and 3 default", st, err)
 		}
 		// The default class is the depth less the counted classes.
-		k := p.keys
+		k := p.shards[0]
 		if n, err := client.HExists(ctx, k.cdepth, defaultClass).Result(); err != nil || n {
 			t.Fatalf("the default class is counted in %s (%v)", k.cdepth, err)
 		}

@@ -109,6 +109,7 @@ type memoryGate struct {
 	limit    int64             // what used_memory may reach; 0: no check
 	written  int64             // bytes this producer wrote since the sample
 	resample int64             // written bytes that call for a new sample
+	shardsOK bool              // the queue's shard count was checked
 }
 
 // sample reads INFO memory of every master now.
@@ -148,6 +149,12 @@ func (p *Producer) roomFor(ctx context.Context, n int) error {
 	g := &p.mem
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if !g.shardsOK {
+		if err := checkShards(ctx, p.client, p.cfg.Prefix, p.cfg.Queue, p.cfg.Shards); err != nil {
+			return err
+		}
+		g.shardsOK = true
+	}
 	if g.at.IsZero() || time.Since(g.at) >= memorySampleEvery || (g.resample > 0 && g.written >= g.resample) {
 		if err := p.sample(ctx); err != nil {
 			return err

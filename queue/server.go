@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
-	"sync/atomic"
+
 	"time"
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -88,21 +89,19 @@ type ServerConfig struct {
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
 // waiting room, and the throttle before each handler.
 type Server struct {
-	budgets   map[string]*budget // the dispatcher's
-	client    redis.UniversalClient
-	cfg       ServerConfig
-	keys      keys
+	client redis.UniversalClient
+	cfg    ServerConfig
+	shards shards
+	// keys are the first shard's: the only one of a queue of one shard.
+	keys keys
+	// disp are the dispatchers, one a shard.
+	disp      []*dispatcher
 	retention string   // cfg.Retention, encoded (retentionField)
 	metrics   *Metrics // cfg.Metrics, or collectors registered nowhere
 	srv       *asynq.Server
 	log       *slog.Logger
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
-	// wake tells the dispatcher that wakeAfter jobs of this process have
-	// left asynq's pending list since its last claim (startedHere).
-	wake        chan struct{}
-	startedHere atomic.Int64
-	wakeAfter   int64
 	// fullRecheck is how long a dispatcher that found the prefetch full
 	// waits for that wake before it looks again.
 	fullRecheck time.Duration
@@ -140,17 +139,28 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
-	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), wake: make(chan struct{}, 1), budgets: map[string]*budget{},
-		// A quarter of the prefetch (docs/queue.md, The dispatcher).
-		wakeAfter:   int64(max(1, min(cfg.Prefetch/4, 2*cfg.Concurrency))),
+	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
-		retention: retentionField(cfg.Retention), keys: newKeys(cfg.Prefix, cfg.Queue), metrics: cfg.Metrics}
+		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+	s.keys = s.shards[0]
+	queues := map[string]int{}
+	for i, k := range s.shards {
+		// Each shard's share of the prefetch, and a quarter of it
+		// (docs/queue.md, The dispatcher).
+		prefetch := int(s.shards.bound(int64(cfg.Prefetch), i))
+		if prefetch < 1 {
+			prefetch = 1
+		}
+		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, wake: make(chan struct{}, 1),
+			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
+		queues[k.queue] = 1
+	}
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil, cfg.Queue)
 	}
 	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
 		Concurrency:     cfg.Concurrency,
-		Queues:          map[string]int{cfg.Queue: 1},
+		Queues:          queues,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		LogLevel:        asynq.WarnLevel,
 		// The dispatcher keeps asynq's pending list short, so an idle
@@ -165,15 +175,21 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 func (s *Server) Start(h Handler) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.runCtx = ctx
+	if err := checkShards(ctx, s.client, s.cfg.Prefix, s.cfg.Queue, s.cfg.Shards); err != nil {
+		cancel()
+		return err
+	}
 	// Hand the first batch over before asynq's processor first looks (and
 	// then sleeps a PollInterval), so that a worker starts on a backlog at
 	// once. A failure here is the dispatcher's to retry.
-	if _, err := s.dispatchOne(ctx); err != nil {
-		s.log.Warn("sluice: dispatcher: first claim", "queue", s.cfg.Queue, "err", err)
+	for _, d := range s.disp {
+		if _, err := s.claim(ctx, d); err != nil {
+			s.log.Warn("sluice: dispatcher: first claim", "queue", d.keys.queue, "err", err)
+		}
 	}
 	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		if t.Type() == undecodableType { // see handOverUndecodable
-			s.left()
+			s.left(ctx)
 			return fmt.Errorf("%w: text found in a tenant's list that is no job", asynq.SkipRetry)
 		}
 		return s.process(ctx, t, h)
@@ -182,8 +198,10 @@ func (s *Server) Start(h Handler) error {
 		return fmt.Errorf("sluice: starting asynq: %w", err)
 	}
 	s.cancel = cancel
-	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.dispatchLoop(ctx) }()
+	s.wg.Add(1 + len(s.disp))
+	for _, d := range s.disp {
+		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
+	}
 	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
 	return nil
 }
@@ -226,7 +244,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	n, _ := asynq.GetRetryCount(ctx)
 	first := n == 0 // the first run of this hand-over
 	if first {
-		s.left()
+		s.left(ctx)
 	}
 	job, err := decodeJob(t.Payload())
 	if err != nil {
@@ -238,11 +256,11 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		r, err := s.cfg.Throttle.Wait(ctx, key, d.Limit, job.cost())
+		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.cost())
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused))
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d))
 		}
 		if err != nil {
 			return s.throttleError(job, err)
@@ -279,17 +297,21 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			return Permanent(fmt.Errorf("%w: job %s of tenant %.64q: downstream %q refused it %d times (max_refusals); the last: %s",
 				ErrRefusedTooOften, job.ID, job.Tenant, job.Downstream, job.refused, re.Reason))
 		}
-		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason)
+		m := ""
+		if re.Refused {
+			m = mark(job, d) // the fleet is paused on the key
+		}
+		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m)
 	}
 	// A handler that paces its own calls says "not now" with the
 	// throttle's own errors: back to the waiting room, no retry spent.
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
-		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused))
+		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "")
 	}
 	var busy *throttle.BusyError
 	if errors.As(err, &busy) {
-		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held")
+		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held", "")
 	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
@@ -332,10 +354,10 @@ func tooFar(job *Job, paused time.Duration) string {
 // (docs/throttle.md, Concurrency leases). The job holds no goroutine
 // meanwhile, and spends no retry.
 func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string) error {
-	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream)); err != nil {
+	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), ""); err != nil {
 		return err
 	}
-	enc, _, _ := s.keys.tenant(job.Tenant)
+	_, enc, _, _ := s.shards.tenant(job.Tenant)
 	s.leaseWaits.add(s, key, enc)
 	return nil
 }
@@ -375,31 +397,64 @@ func neverFits(err error) bool {
 		errors.Is(err, algorithms.ErrInvalidPolicy) || errors.Is(err, algorithms.ErrInvalidKey)
 }
 
-// left counts a job of this process that has left asynq's pending list,
-// and wakes the dispatcher when wakeAfter have since its last claim: the
-// prefetch has room for a batch.
-func (s *Server) left() {
-	if s.startedHere.Add(1) >= s.wakeAfter {
-		select {
-		case s.wake <- struct{}{}:
-		default:
+// left counts a job of this process that has left the pending list of
+// its shard's asynq queue (named in ctx), and wakes that shard's
+// dispatcher when wakeAfter have since its last claim: the prefetch has
+// room for a batch.
+func (s *Server) left(ctx context.Context) {
+	d := s.disp[0]
+	if len(s.disp) > 1 {
+		name, _ := asynq.GetQueueName(ctx)
+		i := s.shards.index(name)
+		if i < 0 {
+			return
 		}
+		d = s.disp[i]
+	}
+	if d.startedHere.Add(1) >= d.wakeAfter {
+		d.poke()
 	}
 }
 
+// handOverHorizon is the furthest slot a worker books for a job of the
+// queue (when its downstream's max_wait allows that long): a job whose
+// slot is further away goes back to the waiting room, so that no worker
+// sleeps long for a slot while other tenants' jobs wait.
+const handOverHorizon = time.Second
+
+// horizon is lim with its wait cut to handOverHorizon.
+func horizon(lim throttle.Limit) throttle.Limit {
+	if lim.WaitLimit() > handOverHorizon {
+		lim.MaxWait = handOverHorizon
+	}
+	return lim
+}
+
+// mark is the name under which a put-back marks job's throttle key full
+// in the waiting room (queue_claim.lua): the downstream's name for a
+// shared bucket, with "/" and the encoded tenant for a tenant's own.
+func mark(job *Job, d Downstream) string {
+	if !d.PerTenant {
+		return job.Downstream
+	}
+	enc, _ := keyspace.Encode(job.Tenant) // decodeJob refused an empty tenant
+	return job.Downstream + "/" + enc
+}
+
 // putBack returns job to the head of its tenant's list, its tenant asleep
-// for d, and completes the asynq task with a result that says why.
-func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason string) error {
+// for d, and completes the asynq task with a result that says why. A mark
+// (see mark; "" for none) tells the claims to hand over no job of that
+// throttle key for d, whatever its tenant.
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason, mark string) error {
 	job.moves++
-	item, err := job.item(s.cfg.Queue)
+	k, enc, list, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
+	item, err := job.item(k.queue)
 	if err != nil {
 		return err
 	}
-	enc, list, _ := s.keys.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
-	k := s.keys
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason)).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full},
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason), mark).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
@@ -417,7 +472,7 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	if s.cfg.Metrics == nil {
 		return
 	}
-	p := &Producer{client: s.client, keys: s.keys}
+	p := &Producer{client: s.client, cfg: s.cfg.Config, shards: s.shards}
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {

@@ -1,99 +1,95 @@
 -- Pick tenants with work round-robin (weighted) and hand their oldest jobs
--- to asynq, up to a batch. A job that names a downstream, when the
--- dispatcher must first check its throttle, is taken only while its
--- throttle key has budget left: units the dispatcher found free within its
--- horizon when it last looked (ARGV 8 on). A job without budget is only
--- shown, not taken (the batch stops there); the dispatcher then looks at
--- its throttle and sets a budget, puts its tenant to sleep, or takes it
--- with queue_take.lua. So is text that is no entry, which the
--- dispatcher hands over in its place as a task for asynq to archive. Tenants whose sleep has ended rejoin the
--- ring; tenants found with no work leave it. A taken job is written into
--- asynq in this same step (hand_over) and leaves the waiting room's
--- counts; asynq's pending list holds it until a worker takes it.
+-- to asynq, up to a batch. Nothing here books a throttle slot: the worker
+-- books each job's slot once, and a job whose slot is too far away goes
+-- back to the head of its tenant's list (queue_untake.lua), its tenant
+-- asleep until then, and marks its throttle key "full until then" in the
+-- full set. A claim takes no job whose key is marked: the tenant sleeps
+-- until the mark ends, its job left at the head of its list. So a tenant
+-- at its quota, or on a paused downstream, costs one hand-over per mark,
+-- not one per claim, and every tenant on a marked shared key is skipped
+-- without being handed over. Tenants whose sleep has ended rejoin the
+-- ring, and jobs for later whose time has come join the tail of their
+-- tenant's list (at most 1,000 a claim); tenants found with no work leave
+-- the ring. A taken job is written into asynq in this same step
+-- (hand_over) and leaves the waiting room's counts; asynq's pending list
+-- holds it until a worker takes it. Text that is no entry stops the
+-- batch and is shown to the dispatcher, which hands it over in its place
+-- as a task for asynq to archive (queue_take.lua).
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
 --          3 set of tenants in the ring or asleep, 4 weights hash,
 --          5 turns hash (jobs taken in the current turn), 6 meta hash,
 --          7 per-class count of waiting jobs, 8 ids hash, 9 asynq's
 --          pending list (see queue_handover.lua), 10 why each tenant
---          sleeps (see queue_sleep.lua), 11 jobs for later, 12 jobs for
---          later per tenant (see queue_enqueue.lua)
+--          sleeps (see queue_untake.lua), 11 jobs for later, 12 jobs for
+--          later per tenant (see queue_enqueue.lua), 13 full set
+--          (throttle key -> until when, µs: see queue_untake.lua)
 -- ARGV     1 prefetch (the most tasks asynq's pending list may hold
 --          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
---          µs or "" for the server's TIME, 4 the most jobs to take, 5 "1"
---          if jobs that name a downstream must be shown, not taken,
---          6 asynq's task key prefix, 7 asynq's TaskMessage field
---          Retention, encoded ("" for none), 8 on: pairs of a throttle
---          key (the downstream's name, or name/encoded tenant for
---          per-tenant quotas) and its budget in units
--- A job's key and cost are read from its envelope: the fields
--- "downstream" (names are [A-Za-z0-9_.-]) and "cost" (1 when absent).
+--          µs or "" for the server's TIME, 4 the most jobs to take,
+--          5 asynq's task key prefix, 6 asynq's TaskMessage field
+--          Retention, encoded ("" for none)
+-- A job's throttle key is read from its envelope: the field "downstream"
+-- (names are [A-Za-z0-9_.-]); its marks are <downstream> for a shared
+-- bucket and <downstream>/<encoded tenant> for a tenant's own.
 -- Uses     prelude.lua (int, clock), queue_handover.lua
--- Returns  {3, n, more, b...}           n jobs handed over; more is 1
---                                       when the next claim should come
---                                       at once (the batch was full and
---                                       the prefetch has room, or a job
---                                       to check is next), 2 when the
---                                       prefetch is now full, else 0; b,
---                                       the budgets left, in ARGV's order
---          {1, tenant, entry}           a job to check before taking
---          {4, tenant, text}            text that is no entry
---          {0, wait µs}                 nothing ready; the next sleeper
---                                       wakes, or the next job for later
---                                       is due, in wait µs (-1: none)
---          {2, pending}                 prefetch is full
+-- Returns  {"taken", n, next}      n jobs handed over; next is "now" when
+--                                  the next claim should come at once (the
+--                                  batch was full and the prefetch has
+--                                  room, or the ring was not all seen),
+--                                  "full" when the prefetch is now full,
+--                                  else "poll"
+--          {"junk", tenant, text}  text that is no entry at the head of
+--                                  the tenant's list
+--          {"idle", wait}          nothing ready; the next sleeper wakes,
+--                                  or the next job for later is due, in
+--                                  wait µs (-1: none)
+--          {"full", pending}       the prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
-  taskprefix = ARGV[6], retention = ARGV[7]}
+  taskprefix = ARGV[5], retention = ARGV[6]}
 local now = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
-local room = math.min(tonumber(ARGV[1]) - handed, tonumber(ARGV[4]))
-if room <= 0 then return {2, handed} end
-local peek = ARGV[5] == '1'
-local budget, order = {}, {}
-for i = 8, #ARGV - 1, 2 do
-  budget[ARGV[i]] = tonumber(ARGV[i + 1])
-  order[#order + 1] = ARGV[i]
-end
--- spend takes a job's cost from its key's budget, if the key has enough.
-local function spend(tenant, entry)
-  local ds = string.match(entry, '"downstream":"([%w_%.%-]+)"')
-  if not ds then return false end
-  local key = ds .. '/' .. tenant
-  if not budget[key] then key = ds end
-  local left = budget[key]
-  local cost = tonumber(string.match(entry, '"cost":(%d+)') or '1')
-  if not left or left < cost then return false end
-  budget[key] = left - cost
-  return true
-end
-local function reply(n, more)
-  local r = {3, n, more}
-  for _, k in ipairs(order) do r[#r + 1] = budget[k] end
-  return r
-end
-local n, empties, more = 0, 0, 0
+local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])
+local room = math.min(prefetch - handed, batch)
+if room <= 0 then return {'full', handed} end
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
 for _, t in ipairs(woken) do
   redis.call('ZREM', KEYS[2], t)
   redis.call('HDEL', KEYS[10], t)
   redis.call('RPUSH', KEYS[1], t)
 end
+local n, empties, more = 0, 0, false
 local due = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
-  local back = {}
+  local moved = {}
   for _, m in ipairs(due) do
     local sp = string.find(m, ' ', 1, true)
     local t = string.sub(m, 1, sp - 1)
     if redis.call('RPUSH', ARGV[2] .. t, string.sub(m, sp + 1)) == 1 and redis.call('SADD', KEYS[3], t) == 1 then
       redis.call('RPUSH', KEYS[1], t)
     end
-    back[t] = (back[t] or 0) + 1
+    moved[t] = (moved[t] or 0) + 1
   end
-  for t, c in pairs(back) do
+  for t, c in pairs(moved) do
     if redis.call('HINCRBY', KEYS[12], t, -c) <= 0 then redis.call('HDEL', KEYS[12], t) end
   end
   redis.call('ZREM', KEYS[11], unpack(due))
-  if #due == 1000 then more = 1 end
+  if #due == 1000 then more = true end
+end
+-- Marks that have ended are dropped; with none left (the common case), a
+-- job's key is not looked up at all.
+redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', now)
+local marked = redis.call('ZCARD', KEYS[13]) > 0
+-- until_of returns when the marks on an entry's throttle keys end (nil:
+-- none). Payloads are base64 in the envelope and string fields escape
+-- their quotes, so this text only ever is the downstream field.
+local function until_of(tenant, entry)
+  local ds = string.match(entry, '"downstream":"([%w_%.%-]+)"')
+  if not ds then return nil end
+  local s = redis.call('ZMSCORE', KEYS[13], ds, ds .. '/' .. tenant)
+  local u = math.max(tonumber(s[1] or '0'), tonumber(s[2] or '0'))
+  if u > now then return u end
+  return nil
 end
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
@@ -120,15 +116,18 @@ while n < room and empties < 32 do
     end
   else
     -- Hand the jobs over in order up to the first that is no entry or
-    -- must be checked first (its throttle key has no budget left, and
-    -- budgets are spent as jobs are taken: payloads are base64 in the
-    -- envelope and string fields escape their quotes, so this text only
-    -- ever is the downstream field). That one and those behind it go back.
-    local stop, status
+    -- whose throttle key is marked full; that one and those behind it go
+    -- back to the head of the list.
+    local stop, junk, wake
     for i, h in ipairs(got) do
       local task, class, msg = read(h)
-      if not task or (peek and string.find(h, '"downstream":"', 1, true) and not spend(tenant, h)) then
-        stop, status = i, task and 1 or 4
+      if not task then
+        stop, junk = i, true
+        break
+      end
+      wake = marked and until_of(tenant, h)
+      if wake then
+        stop = i
         break
       end
       hand_over(H, task, class, msg, now)
@@ -138,35 +137,45 @@ while n < room and empties < 32 do
       local back = {}
       for j = #got, stop, -1 do back[#back + 1] = got[j] end
       redis.call('LPUSH', list, unpack(back))
-      if n > 0 then
-        redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
-        more = 1
-        break
+    end
+    if junk then
+      redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
+      flush(H)
+      return {'junk', tenant, got[stop]}
+    end
+    if wake then
+      -- Asleep until the mark ends: out of the ring (it is at the tail).
+      redis.call('RPOP', KEYS[1])
+      redis.call('ZADD', KEYS[2], int(wake), tenant)
+      redis.call('HSET', KEYS[10], tenant, string.sub(tenant, 2) .. '\tslot: its downstream is full or paused (marked by a worker)')
+    else
+      local weight = weights[tenant]
+      if not weight then
+        weight = weighted and tonumber(redis.call('HGET', KEYS[4], tenant) or '1') or 1
+        weights[tenant] = weight
+      end
+      if weight > 1 then
+        if redis.call('HINCRBY', KEYS[5], tenant, 1) < weight then
+          redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
+        else
+          redis.call('HDEL', KEYS[5], tenant)
+        end
       end
     end
-    local weight = weights[tenant]
-    if not weight then
-      weight = weighted and tonumber(redis.call('HGET', KEYS[4], tenant) or '1') or 1
-      weights[tenant] = weight
-    end
-    if weight > 1 then
-      if redis.call('HINCRBY', KEYS[5], tenant, 1) < weight then
-        redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
-      else
-        redis.call('HDEL', KEYS[5], tenant)
-      end
-    end
-    if stop then return {status, tenant, got[stop]} end
   end
 end
 flush(H)
 -- A claim that stopped at its limit of emptied tenants leaves more of the
 -- ring unseen: the next claim comes at once, even with nothing taken.
-if empties >= 32 and n < room then more = 1 end
-if n > 0 or more == 1 then
-  if n == tonumber(ARGV[4]) and tonumber(ARGV[1]) - handed > n then more = 1 end
-  if more == 0 and handed + n >= tonumber(ARGV[1]) then more = 2 end
-  return reply(n, more)
+if empties >= 32 and n < room then more = true end
+if n > 0 or more then
+  local next = 'poll'
+  if more or (n == batch and prefetch - handed > n) then
+    next = 'now'
+  elseif handed + n >= prefetch then
+    next = 'full'
+  end
+  return {'taken', n, next}
 end
 local wait = -1
 for _, k in ipairs({KEYS[2], KEYS[11]}) do
@@ -176,4 +185,4 @@ for _, k in ipairs({KEYS[2], KEYS[11]}) do
     if wait < 0 or w < wait then wait = w end
   end
 end
-return {0, wait}
+return {'idle', wait}

@@ -3,14 +3,19 @@
 -- spending a retry (a 429). It is in the waiting room again: in the depth,
 -- its tenant's backlog, its class's count, and its id is refused again
 -- (another job of that id enqueued meanwhile keeps its own count).
--- Optionally the tenant sleeps until a time.
+-- Optionally the tenant sleeps until a time, and the job's throttle key
+-- is marked full until then, so that claims hand over no job of that key
+-- meanwhile (queue_claim.lua).
 -- KEYS     1 the tenant's list, 2 ring, 3 set of tenants in the ring or
 --          asleep, 4 sleeping tenants, 5 meta hash, 6 per-class count of
 --          waiting jobs (the default class is not counted), 7 ids hash,
---          8 why each tenant sleeps (see queue_sleep.lua)
+--          8 why each tenant sleeps (hash: tenant -> tenant id TAB
+--          reason, for Stats), 9 full set (throttle key -> until, µs)
 -- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
 --          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
---          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's id and why it sleeps
+--          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's
+--          id and why it sleeps, 8 the throttle key to mark full for the
+--          sleep ("": none)
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
@@ -20,6 +25,9 @@ if ARGV[5] ~= 'default' then redis.call('HINCRBY', KEYS[6], ARGV[5], 1) end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 local sleep = tonumber(ARGV[3])
 if sleep > 0 then redis.call('HSET', KEYS[8], ARGV[2], ARGV[7]) end
+if sleep > 0 and ARGV[8] ~= '' then
+  redis.call('ZADD', KEYS[9], 'GT', int(now + sleep), ARGV[8])
+end
 if redis.call('SADD', KEYS[3], ARGV[2]) == 1 then
   if sleep > 0 then
     redis.call('ZADD', KEYS[4], int(now + sleep), ARGV[2])

@@ -66,5 +66,4 @@ var (
 	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
-	QueueSleep  = script("queue_sleep")
 )

@@ -57,6 +57,9 @@ type Queue struct {
 	// TenantBound is the most jobs waiting per tenant; 0 for no
 	// per-tenant bound. At most Bound.
 	TenantBound int64
+	// Shards is how many shards the waiting room spreads over
+	// (queue.Config.Shards); default 1.
+	Shards int
 	// Prefetch is the most jobs handed to asynq but not started,
 	// fleet-wide.
 	Prefetch int
@@ -147,6 +150,7 @@ func (c *Config) QueueConfig() queue.Config {
 		Queue:       c.Queue.Name,
 		Bound:       c.Queue.Bound,
 		TenantBound: c.Queue.TenantBound,
+		Shards:      c.Queue.Shards,
 		MaxPayload:  int(c.Queue.MaxPayload),
 		Check:       c.CheckJob,
 		Tenants: func(id string) queue.TenantPolicy {

@@ -36,7 +36,7 @@ func mustParse(t *testing.T, data []byte) *Config {
 
 func TestMinimal(t *testing.T) {
 	cfg := mustParse(t, doc("queue:", "  bound: 5"))
-	want := Queue{Name: "default", Bound: 5, Prefetch: 64, MaxPayload: 1 << 20}
+	want := Queue{Name: "default", Bound: 5, Shards: 1, Prefetch: 64, MaxPayload: 1 << 20}
 	if !reflect.DeepEqual(cfg.Queue, want) {
 		t.Errorf("Queue = %+v, want %+v", cfg.Queue, want)
 	}
@@ -76,6 +76,7 @@ func TestEveryField(t *testing.T) {
 		"  name: jobs.v2-x_y",
 		"  bound: 1_000",
 		"  tenant_bound: 1000",
+		"  shards: 16",
 		"  prefetch: 7",
 		"  max_payload: 512KiB",
 		"  retention: 90m",
@@ -101,7 +102,7 @@ func TestEveryField(t *testing.T) {
 		"    class: gold.tier-2_abcdefghijklmnopqrst", // 32 bytes, the most
 	))
 	q := cfg.Queue
-	if !reflect.DeepEqual(q, Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
+	if !reflect.DeepEqual(q, Queue{Name: "jobs.v2-x_y", Bound: 1000, TenantBound: 1000, Shards: 16, Prefetch: 7, MaxPayload: 512 << 10, Retention: 90 * time.Minute}) {
 		t.Errorf("Queue = %+v", q)
 	}
 	d := cfg.Downstreams["shop.api"]
@@ -625,7 +626,7 @@ func TestDocsExample(t *testing.T) {
 			continue
 		}
 		// The complete example: spot-check what the text says of it.
-		if !reflect.DeepEqual(cfg.Queue, Queue{Name: "default", Bound: 100000, TenantBound: 10000, Prefetch: 64, MaxPayload: 1 << 20, Types: []string{"email.send", "sluice.http"}}) {
+		if !reflect.DeepEqual(cfg.Queue, Queue{Name: "default", Bound: 100000, TenantBound: 10000, Shards: 1, Prefetch: 64, MaxPayload: 1 << 20, Types: []string{"email.send", "sluice.http"}}) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]

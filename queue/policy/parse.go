@@ -44,6 +44,7 @@ type queueFile struct {
 	Name        string        `yaml:"name"`
 	Bound       int64         `yaml:"bound"`
 	TenantBound int64         `yaml:"tenant_bound"`
+	Shards      int64         `yaml:"shards"`
 	Prefetch    int64         `yaml:"prefetch"`
 	MaxPayload  byteSize      `yaml:"max_payload"`
 	Retention   time.Duration `yaml:"retention"`

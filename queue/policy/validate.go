@@ -138,10 +138,13 @@ func (p *parser) queue(qf *queueFile) Queue {
 	if inRange(p, "queue.tenant_bound", qf.TenantBound, 0, MaxBound) && boundOK && qf.TenantBound > qf.Bound {
 		p.add(p.value("queue.tenant_bound"), "queue.tenant_bound", nil, "must be at most queue.bound (%d), got %d", qf.Bound, qf.TenantBound)
 	}
+	if inRange(p, "queue.shards", qf.Shards, 1, queue.MaxShards) && boundOK && qf.Shards > qf.Bound {
+		p.add(p.value("queue.shards"), "queue.shards", nil, "must be at most queue.bound (%d): each shard holds a share of it, got %d", qf.Bound, qf.Shards)
+	}
 	inRange(p, "queue.prefetch", qf.Prefetch, 1, 1_000_000)
 	inRange(p, "queue.max_payload", qf.MaxPayload, 1, 64<<20)
 	inRange(p, "queue.retention", qf.Retention, 0, 30*24*time.Hour)
-	return Queue{Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Prefetch: int(cmp.Or(qf.Prefetch, 64)),
+	return Queue{Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Shards: int(cmp.Or(qf.Shards, 1)), Prefetch: int(cmp.Or(qf.Prefetch, 64)),
 		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention, Types: p.types(qf.Types)}
 }
 

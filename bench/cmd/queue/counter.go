@@ -25,7 +25,6 @@ var sluiceScripts = func() map[string]string {
 		scripts.QueueClaim.Hash():  "sluice queue_claim",
 		scripts.QueueTake.Hash():   "sluice queue_take",
 		scripts.QueueUntake.Hash(): "sluice queue_untake",
-		scripts.QueueSleep.Hash():  "sluice queue_sleep",
 		feedScript.Hash():          "staged feeder",
 	}
 	m[scripts.QueueEnqueue("").Hash()] = "sluice queue_enqueue (no admission)"
