@@ -11,9 +11,7 @@
 //     backlog enqueued first and many small tenants, drained by sluice
 //     (round-robin) and by asynq (FIFO): throughput and the small tenants'
 //     waits, with everything queued up front (3a) and with the small
-//     tenants' jobs arriving while the backlog drains (3b);
-//  4. where the Redis commands go: a MONITOR of a short run of each system,
-//     per script and per job.
+//     tenants' jobs arriving while the backlog drains (3b).
 //
 // It starts its own redis-server (a free 127.0.0.1 port, no persistence)
 // and stops it at exit, unless -addr names a disposable server; the binary
@@ -21,7 +19,7 @@
 // (see internal/redistest). Every phase runs once.
 //
 //	cd bench && go run ./cmd/queue
-//	go run ./cmd/queue -jobs 5000 -fair-jobs 5000 -monitor-jobs 0
+//	go run ./cmd/queue -jobs 5000 -fair-jobs 5000
 package main
 
 import (
@@ -55,7 +53,6 @@ type options struct {
 	fairTenants  int
 	bigShare     float64
 	arrivalRate  float64
-	monitorJobs  int
 	phaseTimeout time.Duration
 	timeout      time.Duration
 	only         map[string]bool
@@ -88,10 +85,9 @@ func run() error {
 	flag.IntVar(&o.fairTenants, "fair-tenants", 1000, "tenants in phase 3: one big, the rest small")
 	flag.Float64Var(&o.bigShare, "big-share", 0.5, "the big tenant's share of phase 3's jobs, enqueued first")
 	flag.Float64Var(&o.arrivalRate, "arrival-rate", 0, "phase 3b: small tenants' jobs per second arriving during the drain, the same for both systems; 0: half of each system's own rate in 3a")
-	flag.IntVar(&o.monitorJobs, "monitor-jobs", 1000, "jobs per system in the MONITOR profile (4); 0 skips it")
 	flag.DurationVar(&o.phaseTimeout, "phase-timeout", 60*time.Second, "longest a drain may take; a drain cut short is reported as such")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest the whole run may take")
-	flag.StringVar(&only, "only", "", "comma-separated phases to run (enqueue,process,fair,arrivals,monitor); default all")
+	flag.StringVar(&only, "only", "", "comma-separated phases to run (enqueue,process,fair,arrivals); default all")
 	flag.BoolVar(&o.staged, "staged", true, "phase 2 also runs `staged`, a minimal staging queue in front of asynq, in every round: the ceiling of any design that keeps jobs out of asynq until a worker has room")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write this process's CPU profile of the whole run to this file")
 	flag.BoolVar(&o.quiet, "q", false, "no progress on stderr")
@@ -182,11 +178,6 @@ func run() error {
 	}
 	if o.want("arrivals") {
 		if err := r.fair(ctx, b, true); err != nil {
-			return err
-		}
-	}
-	if o.want("monitor") && o.monitorJobs > 0 {
-		if err := r.monitor(ctx, b); err != nil {
 			return err
 		}
 	}
