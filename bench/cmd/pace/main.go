@@ -1,5 +1,5 @@
 // Command pace measures how evenly calls reach a rate-limited downstream
-// when many worker processes pace them together (issue 3).
+// when many worker processes pace them together.
 //
 // It starts its own redis-server on a free loopback port, without
 // persistence ($SLUICE_REDIS_SERVER when that is set, else redis-server on
@@ -29,7 +29,7 @@
 // share of the quota, the most calls in any sliding 1 s and 100 ms window,
 // the coefficient of variation of the gaps between calls, 429s, calls,
 // Redis commands per call as sent by the workers and as counted by the
-// server), issue 3's targets for sluice, and diagnostics: CPU per call,
+// server), the targets for sluice, and diagnostics: CPU per call,
 // time in Wait beyond the delay, HTTP round trips, and the stalls of every
 // process and of redis-server during each run.
 //

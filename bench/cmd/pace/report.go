@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
 )
 
-// printQuota prints one quota's table, issue 3's targets for sluice, and
+// printQuota prints one quota's table, its targets for sluice, and
 // the diagnostics.
 func printQuota(o options, q int64, rows []*row) {
 	tol := max(2, int(math.Ceil(float64(q)/100)))
@@ -96,7 +96,7 @@ func printQuota(o options, q int64, rows []*row) {
 	fmt.Fprintf(out, "\n\n</details>\n")
 }
 
-// printTargets checks sluice's row against issue 3's targets.
+// printTargets checks sluice's row against its targets.
 func printTargets(rows []*row) {
 	var sl, floor *row
 	var peers []*row

@@ -1,5 +1,6 @@
-// Command queue runs the whole-system queue benchmarks of issues 4 and 5
-// against one redis-server on loopback and prints them as markdown:
+// Command queue runs the whole-system queue benchmarks of docs/queue.md
+// and docs/fairness.md against one redis-server on loopback and prints
+// them as markdown:
 //
 //  1. enqueue throughput from concurrent producers: asynq's Client.Enqueue
 //     beside sluice's Producer.Enqueue (tenant admission by a token bucket
@@ -159,7 +160,7 @@ func run() error {
 	fmt.Printf("%s; %d CPUs, %s/%s, %s; redis-server %s on %s (persistence off); load average at the start %s.\n",
 		began.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(),
 		b.version, addr, loadAverage())
-	fmt.Printf("Phases 1, 2 and 3a ran **%d rounds**: in each, each system ran once, the two taking turns at going first, because on a shared machine the load changes from second to second and one pair of runs can move a ratio by 0.2. Each phase gives every round's ratio and judges its target on the median; its tables show the median round. Phases 3b and 4 ran once. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n", o.rounds)
+	fmt.Printf("Phases 1, 2 and 3a ran **%d rounds**: in each, each system ran once, the two taking turns at going first, because on a shared machine the load changes from second to second and one pair of runs can move a ratio by 0.2. Each phase gives every round's ratio and judges its target on the median; its tables show the median round. Phase 3b ran once. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n", o.rounds)
 
 	if o.want("enqueue") {
 		if err := r.enqueue(ctx, b); err != nil {

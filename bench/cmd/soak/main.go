@@ -1,7 +1,7 @@
 // Command soak runs the sluice worker at a steady rate for a long time and
 // checks that it does not grow: its goroutines, its Go heap, its resident
 // memory and Redis's memory stay flat once warm, and every accepted job
-// reaches the downstream (issue 6).
+// reaches the downstream.
 //
 // It starts a redis-server on a free loopback port (persistence off), a
 // downstreamtest.Server that enforces a quota and answers 429 above it,
