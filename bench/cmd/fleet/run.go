@@ -120,16 +120,7 @@ func (e *env) logf(format string, args ...any) {
 func (e *env) startAPI(ctx context.Context, c fleetCase, system string) (*proc.Child, string, error) {
 	cfg := c.api
 	cfg.life = c.duration + apiLife
-	a, err := proc.Start("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
-	if err != nil {
-		return nil, "", err
-	}
-	e.kids.Add(a)
-	line, err := a.WaitLine(ctx, "http://127.0.0.1:", startLimit)
-	if err != nil {
-		return nil, "", err
-	}
-	return a, strings.TrimSpace(line), nil
+	return proc.StartServer(ctx, &e.kids, "the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), startLimit, e.self, cfg.args()...)
 }
 
 // fetchArrivals reads the API's record and stops the API.

@@ -343,16 +343,7 @@ func (e *env) startAPI(ctx context.Context, c scaleCase, system string) (*proc.C
 	cfg := c.api
 	cfg.latencyMin, cfg.latencyMax = e.o.latencyMin, e.o.latencyMax
 	cfg.life = e.o.warmup + e.o.measure + apiLife
-	a, err := proc.Start("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
-	if err != nil {
-		return nil, "", err
-	}
-	e.kids.Add(a)
-	line, err := a.WaitLine(ctx, "http://127.0.0.1:", startLimit)
-	if err != nil {
-		return nil, "", err
-	}
-	return a, strings.TrimSpace(line), nil
+	return proc.StartServer(ctx, &e.kids, "the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), startLimit, e.self, cfg.args()...)
 }
 
 // fetchStats reads the API's counters.
