@@ -1,5 +1,5 @@
-// Command admission runs the admission benchmarks of issue 2 and prints
-// them as markdown: decisions per second and p50/p99 latency of each of
+// Command admission runs the admission benchmarks of docs/algorithms.md
+// and prints them as markdown: decisions per second and p50/p99 latency of each of
 // sluice's five Redis algorithms beside go-redis/redis_rate at several
 // concurrencies, the ratio of each to redis_rate, and the Redis memory each
 // keeps per key (and per entry for the sliding log).

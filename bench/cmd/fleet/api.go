@@ -1,19 +1,15 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
 // apiArg is the hidden first argument that makes this binary the
@@ -185,9 +181,8 @@ func (c apiConfig) quota() (quota, error) {
 	return nil, fmt.Errorf("-mode must be window or gcra, got %q", c.mode)
 }
 
-// apiMain runs the API process: it listens on a free loopback port, prints
-// its URL as the first line of standard output, and serves until SIGTERM,
-// SIGINT or the end of -life, whichever comes first.
+// apiMain runs the API process (proc.Serve) until SIGTERM, SIGINT or the
+// end of -life.
 func apiMain(args []string) error {
 	var c apiConfig
 	fs := flag.NewFlagSet("fleet api", flag.ContinueOnError)
@@ -203,27 +198,5 @@ func apiMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: &api{q: q, latency: c.latency, now: time.Now}, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Printf("http://%s\n", ln.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, c.life)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		return err
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer scancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return proc.Serve(&api{q: q, latency: c.latency, now: time.Now}, c.life)
 }

@@ -1,5 +1,5 @@
 // Command fleet runs sluice the way its users do and measures it against a
-// floor measured in the same run (issue 17): N built worker processes, a
+// floor measured in the same run: N built worker processes, a
 // policy file, sluice.http jobs enqueued by the built enqueue binary, and
 // an API in its own process that enforces a quota, answers 429 with
 // Retry-After beyond it, and honours nothing else.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 )
 
@@ -296,7 +297,7 @@ func TestPolicyAndJobs(t *testing.T) {
 		t.Errorf("jobCount(conc4) = %d", n)
 	}
 	dir := t.TempDir()
-	files, err := writeJobs(dir, "http://127.0.0.1:1", 5, 2, 2)
+	files, err := proc.WriteJobs(dir, 5, 2, jobLine("http://127.0.0.1:1", 2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"os"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/sluicehq/sluice/bench/internal/plotgrid"
 )
 
 // bin is the width of a bar of the plot.
@@ -36,23 +35,7 @@ func writePlot(path string, r caseResult, arr map[string][]arrival) error {
 	if len(plots) == 0 {
 		return errors.New("nothing to plot")
 	}
-	img := vgimg.New(10*vg.Inch, vg.Length(len(plots))*2.5*vg.Inch)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 6,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return plotgrid.WritePNG(path, plots, 10*vg.Inch, 2.5*vg.Inch)
 }
 
 // bins counts the accepted and the refused calls of each bin from start

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,7 +65,7 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 		return e, err
 	}
 	t0 := time.Now()
-	if err = e.build(ctx); err != nil {
+	if e.worker, e.enqueue, err = proc.BuildSluice(ctx, filepath.Join(e.dir, "bin")); err != nil {
 		return e, err
 	}
 	e.logf("built cmd/worker and cmd/enqueue in %v", time.Since(t0).Round(time.Millisecond))
@@ -118,38 +115,12 @@ func (e *env) logf(format string, args ...any) {
 	}
 }
 
-// build builds cmd/worker and cmd/enqueue of the sluice module this
-// command uses into the run's directory.
-func (e *env) build(ctx context.Context) error {
-	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
-	if err != nil {
-		return fmt.Errorf("finding the sluice module: %w", err)
-	}
-	bin := filepath.Join(e.dir, "bin")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/worker", "./cmd/enqueue")
-	build.Dir = strings.TrimSpace(string(root))
-	if msg, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/worker ./cmd/enqueue: %w\n%s", err, msg)
-	}
-	e.worker, e.enqueue = filepath.Join(bin, "worker"), filepath.Join(bin, "enqueue")
-	return nil
-}
-
 // startAPI starts a fresh API process for case c and returns it with its
 // URL.
 func (e *env) startAPI(ctx context.Context, c fleetCase, system string) (*proc.Child, string, error) {
 	cfg := c.api
 	cfg.life = c.duration + apiLife
-	a, err := proc.Start("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
-	if err != nil {
-		return nil, "", err
-	}
-	e.kids.Add(a)
-	line, err := a.WaitLine(ctx, "http://127.0.0.1:", startLimit)
-	if err != nil {
-		return nil, "", err
-	}
-	return a, strings.TrimSpace(line), nil
+	return proc.StartServer(ctx, &e.kids, "the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), startLimit, e.self, cfg.args()...)
 }
 
 // fetchArrivals reads the API's record and stops the API.
@@ -202,62 +173,12 @@ func policyYAML(c fleetCase, url string, jobs int) string {
 	return b.String()
 }
 
-// writeJobs writes jobs GET jobs to the API at url as JSON lines, over
-// tenants tenants, into parts files of about the same size, and returns
-// their paths.
-func writeJobs(dir, url string, jobs, tenants, parts int) ([]string, error) {
-	var paths []string
-	var files []*os.File
-	var bufs []*bufio.Writer
-	for i := range parts {
-		p := filepath.Join(dir, fmt.Sprintf("jobs-%d.jsonl", i))
-		f, err := os.Create(p)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		paths, files, bufs = append(paths, p), append(files, f), append(bufs, bufio.NewWriter(f))
+// jobLine gives job n's JSON line: a GET of the API at url for tenant
+// n mod tenants.
+func jobLine(url string, tenants int) func(n int) string {
+	return func(n int) string {
+		return fmt.Sprintf(`{"tenant":"tenant-%d","type":"sluice.http","downstream":"api","payload":{"url":"%s/api/jobs/%d"}}`, n%tenants, url, n)
 	}
-	for n := range jobs {
-		if _, err := fmt.Fprintf(bufs[n%parts], `{"tenant":"tenant-%d","type":"sluice.http","downstream":"api","payload":{"url":"%s/api/jobs/%d"}}`+"\n",
-			n%tenants, url, n); err != nil {
-			return nil, err
-		}
-	}
-	for i, b := range bufs {
-		if err := b.Flush(); err != nil {
-			return nil, err
-		}
-		if err := files[i].Close(); err != nil {
-			return nil, err
-		}
-	}
-	return paths, nil
-}
-
-// enqueueJobs runs one enqueue process per file, at once, and fails unless
-// every one exits 0.
-func (e *env) enqueueJobs(ctx context.Context, policy string, files []string) error {
-	ctx, cancel := context.WithTimeout(ctx, enqueueLimit)
-	defer cancel()
-	errs := make([]error, len(files))
-	var wg sync.WaitGroup
-	for i, f := range files {
-		wg.Go(func() {
-			cmd := exec.CommandContext(ctx, e.enqueue, "-policy", policy, "-redis", "redis://"+e.redisAddr+"/0", "-q", "-f", f)
-			var stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = io.Discard, &stderr // stdout: "accepted <line> <id>" per job
-			if err := redistest.StartProcess(cmd); err != nil {
-				errs[i] = err
-				return
-			}
-			if err := cmd.Wait(); err != nil {
-				errs[i] = fmt.Errorf("enqueue -f %s: %w\n%s", filepath.Base(f), err, tailOf(stderr.String()))
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // runSluice runs case c on sluice: the API, the jobs, the workers.
@@ -279,12 +200,15 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	files, err := writeJobs(dir, url, jobs, e.o.tenants, min(4, 1+jobs/5000))
+	files, err := proc.WriteJobs(dir, jobs, min(4, 1+jobs/5000), jobLine(url, e.o.tenants))
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	if err := e.enqueueJobs(ctx, policy, files); err != nil {
+	ectx, cancel := context.WithTimeout(ctx, enqueueLimit)
+	err = proc.Enqueue(ectx, e.enqueue, []string{"-policy", policy, "-redis", "redis://" + e.redisAddr + "/0"}, files)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	e.logf("%s: enqueued %d jobs with %d enqueue processes in %v", c.name, jobs, len(files), time.Since(t0).Round(time.Millisecond))
@@ -329,7 +253,7 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 	var notes []string
 	for _, w := range workers {
 		if w.Exited() {
-			notes = append(notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.Name, w.Err(), oneLine(w.Tail())))
+			notes = append(notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.Name, w.Err(), w.LastLines()))
 		}
 	}
 	var mu sync.Mutex
@@ -341,7 +265,7 @@ func (e *env) runSluice(ctx context.Context, c fleetCase) (*figures, error) {
 		wg.Go(func() {
 			if err := w.Stop(stopGrace); err != nil {
 				mu.Lock()
-				notes = append(notes, fmt.Sprintf("%s after SIGTERM: %v; its log ends: %s", w.Name, err, oneLine(w.Tail())))
+				notes = append(notes, fmt.Sprintf("%s after SIGTERM: %v; its log ends: %s", w.Name, err, w.LastLines()))
 				mu.Unlock()
 			}
 		})
@@ -441,18 +365,4 @@ func get(ctx context.Context, client *http.Client, url string) error {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.Body.Close()
-}
-
-func tailOf(s string) string {
-	if len(s) > 2000 {
-		s = "…" + s[len(s)-2000:]
-	}
-	return s
-}
-
-// oneLine is the last few lines of a log, on one line.
-func oneLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	lines = lines[max(0, len(lines)-3):]
-	return strings.Join(lines, " ⏎ ")
 }

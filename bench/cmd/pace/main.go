@@ -1,5 +1,5 @@
 // Command pace measures how evenly calls reach a rate-limited downstream
-// when many worker processes pace them together (issue 3).
+// when many worker processes pace them together.
 //
 // It starts its own redis-server on a free loopback port, without
 // persistence ($SLUICE_REDIS_SERVER when that is set, else redis-server on
@@ -29,20 +29,18 @@
 // share of the quota, the most calls in any sliding 1 s and 100 ms window,
 // the coefficient of variation of the gaps between calls, 429s, calls,
 // Redis commands per call as sent by the workers and as counted by the
-// server), issue 3's targets for sluice, and diagnostics: CPU per call,
+// server), the targets for sluice, and diagnostics: CPU per call,
 // time in Wait beyond the delay, HTTP round trips, and the stalls of every
 // process and of redis-server during each run.
 //
 // On a machine shared with other work, -rounds N runs every approach N
 // times, taking turns, and pools the runs, so that a busy minute does not
 // land on one approach only. -profile DIR writes each worker's CPU
-// profile. Two experiments on sluice's own reservation script, not run by
-// default, test changes to throttle.Wait (see offset.go): sluice_offset
-// and sluice_skip.
+// profile.
 //
 //	go run ./cmd/pace -procs 4 -goroutines 8 -rate 200 -duration 20s
 //	go run ./cmd/pace -quotas 200,1000 -plot pace.png
-//	go run ./cmd/pace -quotas 200 -rounds 3 -approaches sluice,floor,sluice_skip
+//	go run ./cmd/pace -quotas 200 -rounds 3 -approaches sluice,floor
 package main
 
 import (
@@ -138,7 +136,6 @@ type options struct {
 	rounds            int
 	plot              string
 	profile           string
-	maxLate           time.Duration
 	approaches        map[string]bool
 }
 
@@ -177,10 +174,9 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.lead, "lead", time.Second, "time given to the workers to start before they call")
 	flag.IntVar(&o.rounds, "rounds", 1, "run every approach this many times, taking turns, and pool the runs")
 	flag.StringVar(&o.plot, "plot", "", "write a PNG of calls per 100 ms over time to this file")
-	flag.DurationVar(&o.maxLate, "max-late", 5*time.Millisecond, "sluice_skip: a slot missed by more is left as a gap")
 	flag.StringVar(&o.profile, "profile", "", "write each worker's CPU profile of the steady window into this directory")
 	flag.StringVar(&approaches, "approaches", "sluice,local,redis_rate,redis_rate_default,floor",
-		"which approaches to run, comma separated; sluice_offset and sluice_skip are experiments (see offset.go)")
+		"which approaches to run, comma separated")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -242,9 +238,6 @@ func approachList(o options) []approach {
 		{id: "redis_rate", label: "redis_rate, burst 5", kind: kindRedisRate, procs: o.procs, goroutines: o.goroutines, burst: 5},
 		{id: "redis_rate_default", label: "redis_rate, burst = quota", kind: kindRedisRate, procs: o.procs, goroutines: o.goroutines, burst: -1},
 		{id: "floor", label: "floor: 1 process, 1 rate.Limiter", kind: kindFloor, procs: 1, goroutines: o.procs * o.goroutines},
-		// An experiment, run only when asked for: see offset.go.
-		{id: "sluice_offset", label: "sluice script, server-clock slot (experiment)", kind: kindOffset, procs: o.procs, goroutines: o.goroutines},
-		{id: "sluice_skip", label: "sluice script, server-clock slot, late slots skipped (experiment)", kind: kindSkip, procs: o.procs, goroutines: o.goroutines},
 	}
 }
 
@@ -377,10 +370,9 @@ func runOnce(ctx context.Context, o options, addr string, rdb *redis.Client, a a
 			Proc: p, Kind: a.kind, URL: fake.URL(), Quota: q, Burst: a.burst, Goroutines: a.goroutines,
 			Prefix: prefix, Start: start, Duration: o.duration, Trim: o.trim,
 		}
-		if a.kind == kindSluice || a.kind == kindRedisRate || a.kind == kindOffset || a.kind == kindSkip {
+		if a.kind == kindSluice || a.kind == kindRedisRate {
 			cfg.Redis = addr
 		}
-		cfg.MaxLate = o.maxLate
 		if o.profile != "" {
 			cfg.Profile = filepath.Join(o.profile, fmt.Sprintf("%s-%d-%d-p%d.pprof", a.id, q, start.Unix(), p))
 		}
@@ -392,9 +384,8 @@ func runOnce(ctx context.Context, o options, addr string, rdb *redis.Client, a a
 		var out bytes.Buffer
 		cmd.Stdout = &out
 		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = childAttr()
 		cmd.WaitDelay = 2 * time.Second
-		if err := cmd.Start(); err != nil {
+		if err := redistest.StartProcess(cmd); err != nil { // dies with the benchmark on Linux
 			cancel()
 			wg.Wait()
 			return nil, err

@@ -3,16 +3,14 @@ package main
 import (
 	"fmt"
 	"image/color"
-	"os"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	benchstat "github.com/sluicehq/sluice/bench/internal/pacestat"
+	"github.com/sluicehq/sluice/bench/internal/plotgrid"
 )
 
 const bin = 100 * time.Millisecond
@@ -48,26 +46,7 @@ func writePlot(path string, all [][]*row, run time.Duration) error {
 			}
 		}
 	}
-	width, height := vg.Length(cols)*6*vg.Inch, vg.Length(rows)*2*vg.Inch
-	img := vgimg.New(width, height)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 6,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		for j := range plots[i] {
-			plots[i][j].Draw(canvases[i][j])
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return plotgrid.WritePNG(path, plots, 6*vg.Inch, 2*vg.Inch)
 }
 
 // panel draws one approach at one quota: each run's bins from its start,

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
 )
 
-// printQuota prints one quota's table, issue 3's targets for sluice, and
+// printQuota prints one quota's table, its targets for sluice, and
 // the diagnostics.
 func printQuota(o options, q int64, rows []*row) {
 	tol := max(2, int(math.Ceil(float64(q)/100)))
@@ -87,25 +87,6 @@ func printQuota(o options, q int64, rows []*row) {
 	}
 	fmt.Fprintf(out, "\n")
 	for _, r := range rows {
-		var rtt, late, gained []time.Duration
-		skipped := 0
-		for _, s := range r.segs {
-			for _, w := range s.workers {
-				rtt = append(rtt, w.RTT...)
-				late = append(late, w.Late...)
-				gained = append(gained, w.Gained...)
-				skipped += w.Skipped
-			}
-		}
-		if len(rtt) > 0 {
-			fmt.Fprintf(out, "\n- %s: reservation round trip %s; late against the server-clock slot %s; aimed earlier than reply + delay by %s (p50 / p99 / max)",
-				r.a.label, quantiles(rtt), quantiles(late), quantiles(gained))
-			if r.a.kind == kindSkip {
-				fmt.Fprintf(out, "; %d slots skipped, woken more than %v late", skipped, o.maxLate)
-			}
-		}
-	}
-	for _, r := range rows {
 		for _, s := range r.segs {
 			for _, n := range s.notes {
 				fmt.Fprintf(out, "\n- %s, round %d: %s", r.a.label, s.round+1, n)
@@ -115,7 +96,7 @@ func printQuota(o options, q int64, rows []*row) {
 	fmt.Fprintf(out, "\n\n</details>\n")
 }
 
-// printTargets checks sluice's row against issue 3's targets.
+// printTargets checks sluice's row against its targets.
 func printTargets(rows []*row) {
 	var sl, floor *row
 	var peers []*row
@@ -125,7 +106,6 @@ func printTargets(rows []*row) {
 			sl = r
 		case kindFloor:
 			floor = r
-		case kindOffset, kindSkip:
 		default:
 			peers = append(peers, r)
 		}

@@ -49,7 +49,6 @@ type workerConfig struct {
 	Duration   time.Duration
 	Trim       time.Duration // the steady window is [Start+Trim, Start+Duration-Trim)
 	Profile    string        // write a CPU profile of the steady window to this file
-	MaxLate    time.Duration // sluice_skip
 }
 
 // workerResult is what a worker prints on its standard output.
@@ -63,15 +62,10 @@ type workerResult struct {
 	CmdsAtLo, CmdsAtHi      int64           // Redis commands this process had sent at the steady window's ends
 	WaitOver                []time.Duration `json:",omitempty"` // sluice: time in Wait beyond the delay the server returned
 	CallLatency             []time.Duration // a sample of HTTP round trips
-	// sluice_offset only: the reservation's round trip, how late the
-	// timer fired, and how much earlier than "reply + delay" it aimed.
-	RTT, Late, Gained []time.Duration `json:",omitempty"`
 	// How late this process woke from 10 ms sleeps in the steady window.
 	Stalls stalls
 	// CPU time this process used in the steady window.
 	CPU time.Duration
-	// sluice_skip: slots left as gaps because the waiter woke too late.
-	Skipped int
 }
 
 // commandCounter counts the commands a go-redis client sends, pipelines
@@ -99,8 +93,6 @@ type recorder struct {
 	calls, ok, limited, other, httpErrs, waitErrs int
 	firstErr                                      string
 	waitOver, latency                             []time.Duration
-	rtt, late, gained                             []time.Duration
-	skipped                                       int
 }
 
 func (r *recorder) fail(kind *int, err error) {
@@ -126,7 +118,7 @@ func runWorker(arg string) error {
 
 	var rdb *redis.Client
 	counter := &commandCounter{}
-	if cfg.Kind == kindSluice || cfg.Kind == kindRedisRate || cfg.Kind == kindOffset || cfg.Kind == kindSkip {
+	if cfg.Kind == kindSluice || cfg.Kind == kindRedisRate {
 		rdb = redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: cfg.Goroutines + 2, MinIdleConns: cfg.Goroutines})
 		defer rdb.Close()
 		// Open the pool's connections before the start, then count.
@@ -204,30 +196,6 @@ func runWorker(arg string) error {
 					continue
 				}
 				rec.waitOver = append(rec.waitOver, time.Since(t)-r.Delay)
-				call(rec)
-			}
-		}
-	case kindOffset, kindSkip:
-		op, err := newOffsetPacer(rdb, cfg.Prefix, cfg.Quota, 10*time.Second)
-		if err != nil {
-			return err
-		}
-		if cfg.Kind == kindSkip {
-			op.maxLate = cfg.MaxLate
-		}
-		pace = func(ctx context.Context, rec *recorder) {
-			for ctx.Err() == nil {
-				tm, err := op.wait(ctx)
-				if err != nil {
-					if !waitFailed(ctx, rec, err) {
-						return
-					}
-					continue
-				}
-				rec.rtt = append(rec.rtt, tm.rtt)
-				rec.late = append(rec.late, tm.late)
-				rec.gained = append(rec.gained, tm.gained)
-				rec.skipped += tm.skipped
 				call(rec)
 			}
 		}
@@ -318,14 +286,7 @@ func runWorker(arg string) error {
 		}
 		res.WaitOver = append(res.WaitOver, r.waitOver...)
 		res.CallLatency = append(res.CallLatency, r.latency...)
-		res.RTT = append(res.RTT, r.rtt...)
-		res.Late = append(res.Late, r.late...)
-		res.Gained = append(res.Gained, r.gained...)
-		res.Skipped += r.skipped
 	}
-	res.RTT = thin(res.RTT, 5000)
-	res.Late = thin(res.Late, 5000)
-	res.Gained = thin(res.Gained, 5000)
 	res.WaitOver = thin(res.WaitOver, 5000)
 	res.CallLatency = thin(res.CallLatency, 5000)
 	return json.NewEncoder(os.Stdout).Encode(res)

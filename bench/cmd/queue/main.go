@@ -1,5 +1,6 @@
-// Command queue runs the whole-system queue benchmarks of issues 4 and 5
-// against one redis-server on loopback and prints them as markdown:
+// Command queue runs the whole-system queue benchmarks of docs/queue.md
+// and docs/fairness.md against one redis-server on loopback and prints
+// them as markdown:
 //
 //  1. enqueue throughput from concurrent producers: asynq's Client.Enqueue
 //     beside sluice's Producer.Enqueue (tenant admission by a token bucket
@@ -11,9 +12,7 @@
 //     backlog enqueued first and many small tenants, drained by sluice
 //     (round-robin) and by asynq (FIFO): throughput and the small tenants'
 //     waits, with everything queued up front (3a) and with the small
-//     tenants' jobs arriving while the backlog drains (3b);
-//  4. where the Redis commands go: a MONITOR of a short run of each system,
-//     per script and per job.
+//     tenants' jobs arriving while the backlog drains (3b).
 //
 // It starts its own redis-server (a free 127.0.0.1 port, no persistence)
 // and stops it at exit, unless -addr names a disposable server; the binary
@@ -21,7 +20,7 @@
 // (see internal/redistest). Every phase runs once.
 //
 //	cd bench && go run ./cmd/queue
-//	go run ./cmd/queue -jobs 5000 -fair-jobs 5000 -monitor-jobs 0
+//	go run ./cmd/queue -jobs 5000 -fair-jobs 5000
 package main
 
 import (
@@ -55,7 +54,6 @@ type options struct {
 	fairTenants  int
 	bigShare     float64
 	arrivalRate  float64
-	monitorJobs  int
 	phaseTimeout time.Duration
 	timeout      time.Duration
 	only         map[string]bool
@@ -88,10 +86,9 @@ func run() error {
 	flag.IntVar(&o.fairTenants, "fair-tenants", 1000, "tenants in phase 3: one big, the rest small")
 	flag.Float64Var(&o.bigShare, "big-share", 0.5, "the big tenant's share of phase 3's jobs, enqueued first")
 	flag.Float64Var(&o.arrivalRate, "arrival-rate", 0, "phase 3b: small tenants' jobs per second arriving during the drain, the same for both systems; 0: half of each system's own rate in 3a")
-	flag.IntVar(&o.monitorJobs, "monitor-jobs", 1000, "jobs per system in the MONITOR profile (4); 0 skips it")
 	flag.DurationVar(&o.phaseTimeout, "phase-timeout", 60*time.Second, "longest a drain may take; a drain cut short is reported as such")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "longest the whole run may take")
-	flag.StringVar(&only, "only", "", "comma-separated phases to run (enqueue,process,fair,arrivals,monitor); default all")
+	flag.StringVar(&only, "only", "", "comma-separated phases to run (enqueue,process,fair,arrivals); default all")
 	flag.BoolVar(&o.staged, "staged", true, "phase 2 also runs `staged`, a minimal staging queue in front of asynq, in every round: the ceiling of any design that keeps jobs out of asynq until a worker has room")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write this process's CPU profile of the whole run to this file")
 	flag.BoolVar(&o.quiet, "q", false, "no progress on stderr")
@@ -163,7 +160,7 @@ func run() error {
 	fmt.Printf("%s; %d CPUs, %s/%s, %s; redis-server %s on %s (persistence off); load average at the start %s.\n",
 		began.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(),
 		b.version, addr, loadAverage())
-	fmt.Printf("Phases 1, 2 and 3a ran **%d rounds**: in each, each system ran once, the two taking turns at going first, because on a shared machine the load changes from second to second and one pair of runs can move a ratio by 0.2. Each phase gives every round's ratio and judges its target on the median; its tables show the median round. Phases 3b and 4 ran once. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n", o.rounds)
+	fmt.Printf("Phases 1, 2 and 3a ran **%d rounds**: in each, each system ran once, the two taking turns at going first, because on a shared machine the load changes from second to second and one pair of runs can move a ratio by 0.2. Each phase gives every round's ratio and judges its target on the median; its tables show the median round. Phase 3b ran once. Every measurement starts on an empty server (FLUSHALL). \"server commands\" is INFO's `total_commands_processed`, which counts the commands run inside scripts; \"round trips\" are the commands the benchmark's clients sent (a script is one).\n\n", o.rounds)
 
 	if o.want("enqueue") {
 		if err := r.enqueue(ctx, b); err != nil {
@@ -182,11 +179,6 @@ func run() error {
 	}
 	if o.want("arrivals") {
 		if err := r.fair(ctx, b, true); err != nil {
-			return err
-		}
-	}
-	if o.want("monitor") && o.monitorJobs > 0 {
-		if err := r.monitor(ctx, b); err != nil {
 			return err
 		}
 	}

@@ -173,9 +173,6 @@ type drainSpec struct {
 	groups   [][2]int // [from, to) enqueued before the drain, in order
 	arrive   [2]int   // [from, to) enqueued during the drain
 	rate     float64  // arrivals per second
-	// Optional steps: before the first enqueue, before the worker starts,
-	// and once every job has started (before the worker stops).
-	beforeEnqueue, beforeStart, afterAll func(context.Context) error
 }
 
 // drainResult is one system's drain.
@@ -199,9 +196,6 @@ func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drain
 		return drainResult{}, err
 	}
 	r := drainResult{sys: sys.name(), n: spec.n, enq: make([]time.Duration, spec.n), start: make([]time.Duration, spec.n)}
-	if err := step(ctx, spec.beforeEnqueue); err != nil {
-		return r, err
-	}
 	for _, g := range spec.groups {
 		if err := b.produce(ctx, sys, g[0], g[1], b.o.producers, spec.tenantOf, r.enq, nil); err != nil {
 			return r, err
@@ -230,9 +224,6 @@ func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drain
 	defer cancel()
 	m0, err := b.mark(ctx, c)
 	if err != nil {
-		return r, err
-	}
-	if err := step(ctx, spec.beforeStart); err != nil {
 		return r, err
 	}
 	r.drainStart = b.since()
@@ -268,9 +259,6 @@ func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drain
 		runErr = err
 	}
 	m1, err := b.mark(context.WithoutCancel(ctx), c)
-	if err == nil && !r.timedOut {
-		err = step(context.WithoutCancel(ctx), spec.afterAll)
-	}
 	sys.stop()
 	if err != nil {
 		return r, err
@@ -286,13 +274,6 @@ func (b *bench) runDrain(ctx context.Context, sys system, c *counter, spec drain
 		r.start[i] = time.Duration(starts[i].Load())
 	}
 	return r, runErr
-}
-
-func step(ctx context.Context, f func(context.Context) error) error {
-	if f == nil {
-		return nil
-	}
-	return f(ctx)
 }
 
 // arrive enqueues spec's arrivals at spec.rate from the drain's start,

@@ -16,6 +16,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/hibiken/asynq"
 
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/queue/policy"
 )
@@ -190,7 +191,7 @@ func TestPolicyAndJobs(t *testing.T) {
 		}
 	}
 	cfg, _ := policy.Parse([]byte(o.policyYAML(o.cases[0], url, 500)))
-	files, err := writeJobs(t.TempDir(), url, 10, 3, 4)
+	files, err := proc.WriteJobs(t.TempDir(), 10, 4, jobLine(url, 3))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -110,7 +107,7 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 		return e, err
 	}
 	t0 := time.Now()
-	if err = e.build(ctx); err != nil {
+	if e.worker, e.enqueue, err = proc.BuildSluice(ctx, filepath.Join(e.dir, "bin")); err != nil {
 		return e, err
 	}
 	e.logf("built cmd/worker and cmd/enqueue in %v", time.Since(t0).Round(time.Millisecond))
@@ -174,23 +171,6 @@ func (e *env) logf(format string, args ...any) {
 	if e.o.verbose {
 		fmt.Fprintf(os.Stderr, "scale: "+format+"\n", args...)
 	}
-}
-
-// build builds cmd/worker and cmd/enqueue of the sluice module this
-// command uses into the run's directory.
-func (e *env) build(ctx context.Context) error {
-	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
-	if err != nil {
-		return fmt.Errorf("finding the sluice module (run this from the bench directory): %w", err)
-	}
-	bin := filepath.Join(e.dir, "bin")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/worker", "./cmd/enqueue")
-	build.Dir = strings.TrimSpace(string(root))
-	if msg, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/worker ./cmd/enqueue: %w\n%s", err, msg)
-	}
-	e.worker, e.enqueue = filepath.Join(bin, "worker"), filepath.Join(bin, "enqueue")
-	return nil
 }
 
 // sysResult is what one system did in one case.
@@ -315,7 +295,7 @@ func (e *env) runSystem(ctx context.Context, c scaleCase, system string, t *targ
 	}
 	for _, w := range workers {
 		if w.Exited() {
-			res.notes = append(res.notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.Name, w.Err(), oneLine(w.Tail())))
+			res.notes = append(res.notes, fmt.Sprintf("%s exited during the run (%v); its log ends: %s", w.Name, w.Err(), w.LastLines()))
 		}
 	}
 	var mu sync.Mutex
@@ -363,16 +343,7 @@ func (e *env) startAPI(ctx context.Context, c scaleCase, system string) (*proc.C
 	cfg := c.api
 	cfg.latencyMin, cfg.latencyMax = e.o.latencyMin, e.o.latencyMax
 	cfg.life = e.o.warmup + e.o.measure + apiLife
-	a, err := proc.Start("the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), e.self, cfg.args()...)
-	if err != nil {
-		return nil, "", err
-	}
-	e.kids.Add(a)
-	line, err := a.WaitLine(ctx, "http://127.0.0.1:", startLimit)
-	if err != nil {
-		return nil, "", err
-	}
-	return a, strings.TrimSpace(line), nil
+	return proc.StartServer(ctx, &e.kids, "the API", filepath.Join(e.dir, c.name+"-"+system+"-api.log"), startLimit, e.self, cfg.args()...)
 }
 
 // fetchStats reads the API's counters.
@@ -441,59 +412,22 @@ func (e *env) enqueueSluice(ctx context.Context, c scaleCase, t *target, url str
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	files, err := writeJobs(dir, url, jobs, c.tenants, min(e.o.enqueueProcs, 1+jobs/2000))
+	files, err := proc.WriteJobs(dir, jobs, min(e.o.enqueueProcs, 1+jobs/2000), jobLine(url, c.tenants))
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, enqueueLimit)
 	defer cancel()
-	errs := make([]error, len(files))
-	var wg sync.WaitGroup
-	for i, f := range files {
-		wg.Go(func() {
-			args := append([]string{"-policy", e.policyPath(c), "-q", "-f", f}, t.sluiceArgs()...)
-			cmd := exec.CommandContext(ctx, e.enqueue, args...)
-			var stderr strings.Builder
-			cmd.Stdout, cmd.Stderr = io.Discard, &stderr // stdout: "accepted <line> <id>" per job
-			if err := redistest.StartProcess(cmd); err != nil {
-				errs[i] = err
-				return
-			}
-			if err := cmd.Wait(); err != nil {
-				errs[i] = fmt.Errorf("enqueue -f %s: %w\n%s", filepath.Base(f), err, tailOf(stderr.String()))
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return proc.Enqueue(ctx, e.enqueue, append([]string{"-policy", e.policyPath(c)}, t.sluiceArgs()...), files)
 }
 
-// writeJobs writes jobs sluice.http GET jobs to the API at url as JSON
-// lines, job n for tenant n mod tenants, into parts files of about the
-// same size, and returns their paths.
-func writeJobs(dir, url string, jobs, tenants, parts int) ([]string, error) {
-	var paths []string
-	for i := range parts {
-		p := filepath.Join(dir, fmt.Sprintf("jobs-%d.jsonl", i))
-		f, err := os.Create(p)
-		if err != nil {
-			return nil, err
-		}
-		w := bufio.NewWriter(f)
-		for n := i; n < jobs; n += parts {
-			tenant := tenantName(n % tenants)
-			if _, err := fmt.Fprintf(w, `{"tenant":%q,"type":"sluice.http","downstream":"api","payload":{"url":%q}}`+"\n",
-				tenant, jobURL(url, tenant, n)); err != nil {
-				f.Close()
-				return nil, err
-			}
-		}
-		if err := errors.Join(w.Flush(), f.Close()); err != nil {
-			return nil, err
-		}
-		paths = append(paths, p)
+// jobLine gives job n's JSON line: a sluice.http GET of the API at url
+// for tenant n mod tenants.
+func jobLine(url string, tenants int) func(n int) string {
+	return func(n int) string {
+		tenant := tenantName(n % tenants)
+		return fmt.Sprintf(`{"tenant":%q,"type":"sluice.http","downstream":"api","payload":{"url":%q}}`, tenant, jobURL(url, tenant, n))
 	}
-	return paths, nil
 }
 
 // enqueuePeer enqueues the same jobs as asynq tasks on the default queue,
@@ -526,20 +460,6 @@ func enqueuePeer(ctx context.Context, t *target, c scaleCase, url string, jobs i
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-func tailOf(s string) string {
-	if len(s) > 2000 {
-		s = "…" + s[len(s)-2000:]
-	}
-	return s
-}
-
-// oneLine is the last few lines of a log, on one line.
-func oneLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	lines = lines[max(0, len(lines)-3):]
-	return strings.Join(lines, " ⏎ ")
 }
 
 // machine describes the machine, for the report's header.

@@ -1,7 +1,7 @@
 // Command soak runs the sluice worker at a steady rate for a long time and
 // checks that it does not grow: its goroutines, its Go heap, its resident
 // memory and Redis's memory stay flat once warm, and every accepted job
-// reaches the downstream (issue 6).
+// reaches the downstream.
 //
 // It starts a redis-server on a free loopback port (persistence off), a
 // downstreamtest.Server that enforces a quota and answers 429 above it,
@@ -27,14 +27,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -48,6 +46,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -119,7 +118,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 
 	bin := o.worker
 	if bin == "" {
-		if bin, err = buildWorker(ctx, tmp); err != nil {
+		if bin, _, err = proc.BuildSluice(ctx, tmp); err != nil {
 			return false, err
 		}
 	}
@@ -165,23 +164,14 @@ downstreams:
 `, fake.URL(), o.quota), 0o600); err != nil {
 		return false, err
 	}
-	logs := &lockedBuffer{}
-	cmd := exec.Command(bin, "-redis", "redis://"+addr+"/0", "-policy", policy, "-listen", listen,
+	w, err := proc.Start("the worker", filepath.Join(tmp, "worker.log"), bin, "-redis", "redis://"+addr+"/0", "-policy", policy, "-listen", listen,
 		"-concurrency", strconv.Itoa(o.workers), "-shutdown-timeout", "20s")
-	cmd.Stdout, cmd.Stderr = logs, logs // killed by the deferred Kill, also on Ctrl-C
-	if err := cmd.Start(); err != nil {
+	if err != nil {
 		return false, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
-	if err := waitHealthy(ctx, listen, exited); err != nil {
-		return false, fmt.Errorf("%w\nworker log:\n%s", err, tail(logs.String()))
+	defer w.Kill() // also on Ctrl-C
+	if _, err := w.WaitLine(ctx, "sluice worker started", 30*time.Second); err != nil {
+		return false, err
 	}
 
 	fmt.Fprintf(out, "# sluice soak\n\n%s, %d CPUs, %s/%s. Worker %s (-concurrency %d), redis-server on %s (persistence off).\n",
@@ -231,9 +221,10 @@ sampling:
 		select {
 		case <-prodCtx.Done():
 			break sampling
-		case err := <-exited:
-			return false, fmt.Errorf("the worker exited during the soak: %v\nworker log:\n%s", err, tail(logs.String()))
 		case <-tick.C:
+			if w.Exited() {
+				return false, fmt.Errorf("the worker exited during the soak: %v\nworker log:\n%s", w.Err(), w.Tail())
+			}
 			if err := take(); err != nil {
 				return false, err
 			}
@@ -260,14 +251,7 @@ sampling:
 	}
 
 	// Graceful stop.
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	var exitErr error
-	select {
-	case exitErr = <-exited:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		exitErr = fmt.Errorf("no exit 30s after SIGTERM: %v", <-exited)
-	}
+	exitErr := w.Stop(30 * time.Second)
 
 	v := judge(o, base, samples)
 	c := fake.Counts()
@@ -283,7 +267,7 @@ sampling:
 	v.check(exitErr == nil, "the worker exited 0 after SIGTERM (got %v)", exitErr)
 	fmt.Fprintf(out, "\n%s", v.text.String())
 	if !v.ok {
-		fmt.Fprintf(out, "\nworker log (tail):\n%s\n", tail(logs.String()))
+		fmt.Fprintf(out, "\nworker log (tail):\n%s\n", w.Tail())
 	}
 	return v.ok, nil
 }
@@ -495,42 +479,6 @@ func measure(ctx context.Context, listen string, rdb *redis.Client) (sample, err
 	return s, nil
 }
 
-// buildWorker builds cmd/worker of the sluice module this command uses.
-func buildWorker(ctx context.Context, dir string) (string, error) {
-	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
-	if err != nil {
-		return "", fmt.Errorf("finding the sluice module: %w", err)
-	}
-	bin := filepath.Join(dir, "sluice-worker")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/worker")
-	build.Dir = strings.TrimSpace(string(root))
-	if msg, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/worker: %w\n%s", err, msg)
-	}
-	return bin, nil
-}
-
-func waitHealthy(ctx context.Context, listen string, exited <-chan error) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the worker exited at start: %v", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		resp, err := http.Get("http://" + listen + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-	}
-	return errors.New("the worker's /healthz did not answer 200 within 30s")
-}
-
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -538,30 +486,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-func tail(s string) string {
-	if len(s) > 4000 {
-		s = "…" + s[len(s)-4000:]
-	}
-	return s
-}
-
-// lockedBuffer holds the worker's stdout and stderr, written while the
-// soak may read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

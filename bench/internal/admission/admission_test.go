@@ -110,6 +110,6 @@ func TestScriptFigures(t *testing.T) {
 
 func TestGoal(t *testing.T) {
 	if Goal("sliding_window_log") != 0.8 || Goal("gcra") != 1 || Goal(RedisRate) != 0 {
-		t.Fatal("goals differ from issue 2")
+		t.Fatal("goals differ from docs/algorithms.md")
 	}
 }

@@ -1,6 +1,5 @@
-// Package admission holds the admission benchmarks that issue 2 asks for,
-// shared by `go test -bench` (bench/admission_test.go) and the report
-// command (bench/cmd/admission): the throughput and latency of each of
+// Package admission holds the admission benchmarks of docs/algorithms.md,
+// run by bench/cmd/admission: the throughput and latency of each of
 // sluice's five Redis algorithms beside go-redis/redis_rate's GCRA, and the
 // Redis memory each keeps per key.
 //
@@ -116,7 +115,7 @@ func KeyIDs(n int) []string {
 	return ids
 }
 
-// Goal is the throughput that issue 2 asks of a sluice target, as a
+// Goal is the throughput docs/algorithms.md asks of a sluice target, as a
 // fraction of redis_rate's at the same concurrency: 0.8 for the sliding
 // log, 1 for the others, 0 for the baseline itself.
 func Goal(name string) float64 {
