@@ -116,6 +116,8 @@ func tenantInHost(auth string, at int) error {
 	labels := strings.Split(host, ".")
 	k := slices.Index(labels, tenantVar)
 	switch {
+	case slices.Contains(labels, ""):
+		return fmt.Errorf("a host with {tenant} must have no empty label (no dot first, last or next to another), got %q", limitLen(host, 80))
 	case k < 0:
 		return fmt.Errorf("{tenant} must be a whole label of the host, as in https://{tenant}.myshopify.com/; got %q", limitLen(host, 80))
 	case len(labels)-k-1 < 2 && !(len(labels) == k+2 && strings.EqualFold(labels[k+1], "localhost")):
@@ -172,11 +174,11 @@ func hostTenantProblem(tenant string) string {
 	case len(tenant) > 63:
 		return fmt.Sprintf("it is %d bytes long, more than a host label's 63", len(tenant))
 	}
-	if r := badRune(tenant, false); r >= 0 {
-		if r >= 'A' && r <= 'Z' && badRune(strings.ToLower(tenant), false) < 0 {
-			return fmt.Sprintf("it has upper-case letters, which sluice refuses rather than folds: %q and %q are two tenants but would be one host", limitLen(tenant, 64), strings.ToLower(tenant))
-		}
+	if r := badRune(asciiLower(tenant), false); r >= 0 {
 		return fmt.Sprintf("it holds %s", describeRune(r))
+	}
+	if lower := asciiLower(tenant); lower != tenant {
+		return fmt.Sprintf("it has upper-case letters, which sluice refuses rather than folds: %q and %q are two tenants but would be one host", tenant, lower)
 	}
 	if tenant[0] == '-' || tenant[len(tenant)-1] == '-' {
 		return "it starts or ends with a hyphen"
@@ -198,11 +200,11 @@ func pathTenantProblem(tenant string) string {
 	case len(tenant) > MaxPathTenant:
 		return fmt.Sprintf("it is %d bytes long, more than %d", len(tenant), MaxPathTenant)
 	}
-	if r := badRune(tenant, true); r >= 0 {
-		if r >= 'A' && r <= 'Z' && badRune(strings.ToLower(tenant), true) < 0 {
-			return fmt.Sprintf("it has upper-case letters, which sluice refuses rather than folds: a server that ignores case would take %q's path for %q's", limitLen(tenant, 64), strings.ToLower(tenant))
-		}
+	if r := badRune(asciiLower(tenant), true); r >= 0 {
 		return fmt.Sprintf("it holds %s", describeRune(r))
+	}
+	if lower := asciiLower(tenant); lower != tenant {
+		return fmt.Sprintf("it has upper-case letters, which sluice refuses rather than folds: a server that ignores case would take %.64q's path for %.64q's", tenant, lower)
 	}
 	if tenant[0] == '.' || tenant[len(tenant)-1] == '.' || strings.Contains(tenant, "..") {
 		return "it starts or ends with a dot, or has two in a row"
@@ -214,6 +216,17 @@ const (
 	hostTenantRule = "a tenant in a host is 1 to 63 of a-z, 0-9 and -, not starting or ending with -"
 	pathTenantRule = "a tenant in a path is 1 to 255 of a-z, 0-9, -, _ and ., with no . first, last or next to another"
 )
+
+// asciiLower returns s with A-Z in lower case, and nothing else changed
+// (strings.ToLower maps the Kelvin sign to k).
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
 
 // badRune returns the first rune of s that a host tenant (or with path,
 // a path tenant) may not hold, or -1 for none; utf8.RuneError for bytes

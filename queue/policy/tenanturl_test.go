@@ -13,8 +13,9 @@ import (
 )
 
 // TestTenantBaseURLErrors: {tenant} is allowed once, as a whole host
-// label with two labels after it or a whole path segment; anything else
-// is an error at the base_url's line and column that says what to write.
+// label with two labels after it (or {tenant}.localhost) or a whole path
+// segment; anything else is an error at the base_url's line and column
+// that says what to write.
 func TestTenantBaseURLErrors(t *testing.T) {
 	file := func(base string) []byte {
 		return doc("queue: {bound: 10}", "downstreams:", "  s:", "    rate: 1", "    base_url: '"+base+"'")
@@ -27,6 +28,11 @@ func TestTenantBaseURLErrors(t *testing.T) {
 		{"https://{tenant}x.example.com/", "{tenant} must be a whole label of the host"},
 		{"https://{tenant}.com/", `{tenant} needs two labels or more after it, as in {tenant}.myshopify.com: in "{tenant}.com" a tenant would choose the domain itself`},
 		{"https://example.{tenant}/", "{tenant} needs two labels or more after it"},
+		{"https://{tenant}.com./", `a host with {tenant} must have no empty label (no dot first, last or next to another), got "{tenant}.com."`},
+		{"https://{tenant}..example.com/", "a host with {tenant} must have no empty label"},
+		{"http://{tenant}.localhost:8080/", ""},
+		{"http://{tenant}.localhost./", "a host with {tenant} must have no empty label"},
+		{"http://{tenant}.a.localhost/", ""},
 		{"https://{tenant}/", "{tenant} needs two labels or more after it"},
 		{"https://{tenant}.0.0.1/", `{tenant} cannot be part of an IP address, got "{tenant}.0.0.1"`},
 		{"https://[{tenant}::1]/", "{tenant} cannot be part of an IP address"},
@@ -56,7 +62,9 @@ func TestTenantBaseURLErrors(t *testing.T) {
 	} {
 		_, err := Parse(file(c.base))
 		want := "line 5:15: downstreams.s.base_url: " + c.want
-		if err == nil || !strings.Contains(err.Error(), want) {
+		if c.want == "" && err != nil {
+			t.Errorf("base_url %s: %v", c.base, err)
+		} else if c.want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
 			t.Errorf("base_url %s: %v\nwant %s", c.base, err, want)
 		}
 	}
@@ -243,6 +251,8 @@ func TestDownstreamForTenantMessages(t *testing.T) {
 		{"a.b", "https://b.myshopify.com/admin/x", fmt.Sprintf(host, "a.b", `it holds '.'`)},
 		{"café", "https://caf.myshopify.com/admin/x", fmt.Sprintf(host, "café", `it holds '\u00e9', which is not ASCII (write the tenant's punycode, such as xn--caf-dma, for an IDN)`)},
 		{"-a", "https://a.myshopify.com/admin/x", fmt.Sprintf(host, "-a", "it starts or ends with a hyphen")},
+		{"Acme.b", "https://b.myshopify.com/admin/x", fmt.Sprintf(host, "Acme.b", `it holds '.'`)},
+		{"\u212acme", "https://kcme.myshopify.com/admin/x", fmt.Sprintf(host, "\u212acme", `it holds '\u212a', which is not ASCII (write the tenant's punycode, such as xn--caf-dma, for an IDN)`)},
 		{strings.Repeat("a", 64), "https://a.myshopify.com/admin/x", fmt.Sprintf(host, strings.Repeat("a", 64), "it is 64 bytes long, more than a host label's 63")},
 		{"..", "https://hooks.example.com/acme/x", fmt.Sprintf(path, "..", "it starts or ends with a dot, or has two in a row")},
 		{"a/b", "https://hooks.example.com/a/b", fmt.Sprintf(path, "a/b", `it holds '/'`)},
