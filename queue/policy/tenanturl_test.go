@@ -399,8 +399,10 @@ func TestDownstreamForTenantIsALookup(t *testing.T) {
 	}
 	few, many := allocs(5), allocs(1000)
 	t.Logf("allocations per three URLs: %.0f among 10 downstreams, %.0f among 2,000", few, many)
-	if many > few {
-		t.Fatalf("resolving a URL allocates %.0f times among 2,000 downstreams, %.0f among 10; want no more", many, few)
+	// A scan allocates for every downstream (thousands here); the race
+	// detector and the errors' text may add one or two either way.
+	if many > 2*few {
+		t.Fatalf("resolving a URL allocates %.0f times among 2,000 downstreams, %.0f among 10; want about as many", many, few)
 	}
 }
 
