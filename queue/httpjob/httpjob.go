@@ -80,7 +80,9 @@ type Request struct {
 // reach arbitrary hosts.
 type Handler struct {
 	// Resolve returns the job's downstream for its URL, or an error when
-	// the URL is not under the downstream's base URL. Required.
+	// the URL is not under the downstream's base URL: for a base URL
+	// with {tenant}, under the job's own tenant's host or path
+	// (policy.Config.ResolveHTTP). Required.
 	Resolve func(job *queue.Job, rawURL string) (queue.Downstream, error)
 	// Throttle receives pauses. Required.
 	Throttle *throttle.Throttle
@@ -119,7 +121,9 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	}
 	target, err := h.Resolve(job, req.URL)
 	if err != nil {
-		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %v", Type, job.ID, err))
+		// Wrapped, so that the reason shows to errors.Is (a policy's
+		// ErrURLNotAllowed, ErrTenantURL).
+		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", Type, job.ID, err))
 	}
 	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), cmp.Or(target.Timeout, 30*time.Second))
 	defer cancel()

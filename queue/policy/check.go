@@ -74,7 +74,9 @@ func (c *Config) named(name string) (queue.Downstream, error) {
 
 // ResolveHTTP returns the downstream of a built-in HTTP job that calls
 // rawURL: the downstream the job names, which must be the one whose
-// base_url covers rawURL (DownstreamFor).
+// base_url covers rawURL for the job's tenant (DownstreamForTenant: a
+// base_url with {tenant} covers only the job's own tenant's host or
+// path).
 func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (queue.Downstream, error) {
 	if job.Downstream == "" {
 		return queue.Downstream{}, fmt.Errorf("a %s job must name its downstream", httpjob.Type)
@@ -83,7 +85,7 @@ func (c *Config) ResolveHTTP(job *queue.Job, rawURL string) (queue.Downstream, e
 	if err != nil {
 		return queue.Downstream{}, err
 	}
-	got, err := c.DownstreamFor(rawURL)
+	got, err := c.DownstreamForTenant(job.Tenant, rawURL)
 	if err != nil {
 		return queue.Downstream{}, err
 	}

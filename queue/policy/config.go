@@ -43,8 +43,8 @@ type Config struct {
 	// Made by Parse from Queue.Types and Downstreams, which must not be
 	// changed after it (a Config made otherwise has none: the methods
 	// then work from Queue.Types and Downstreams as they are).
-	types   map[string]bool
-	origins map[string][]prefix
+	types map[string]bool
+	index *baseIndex
 }
 
 // Queue is the queue section: the waiting room's name and bounds.

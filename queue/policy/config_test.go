@@ -622,6 +622,22 @@ func TestDocsExample(t *testing.T) {
 		if d, ok := cfg.Downstreams["shop"]; ok && d.Headers["Authorization"] != "Bearer example-token" {
 			t.Errorf("the headers example: %d headers, Authorization not expanded", len(d.Headers))
 		}
+		if _, ok := cfg.Downstreams["hooks"]; ok {
+			// A host or a path per tenant: what the text says of it.
+			for url, want := range map[string]string{
+				"https://acme.myshopify.com/admin/api/2024-01/orders.json": "shopify",
+				"https://hooks.example.com/in/acme/orders":                 "hooks",
+			} {
+				if d, err := cfg.DownstreamForTenant("acme", url); err != nil || d.Name != want {
+					t.Errorf("the {tenant} example: %s = %s, %v; want %s", url, d.Name, err, want)
+				}
+			}
+			msg := regexp.MustCompile("(?s)```text\n(URL not allowed for the job's tenant: [^\n]*)\n```").FindSubmatch(md)
+			_, err := cfg.DownstreamForTenant("acme", "https://bob.myshopify.com/admin/api/orders.json")
+			if msg == nil || err == nil || err.Error() != string(msg[1]) {
+				t.Errorf("the {tenant} example: bob's host from acme: %v; the text says %q", err, msg)
+			}
+		}
 		if i != 0 {
 			continue
 		}
@@ -633,7 +649,7 @@ func TestDocsExample(t *testing.T) {
 		if !reflect.DeepEqual(s.Limit, throttle.Limit{Name: "shopify", Rate: 2, Per: time.Second, Burst: 40, MaxWait: 10 * time.Second}) || !s.PerTenant || s.Concurrency.Max != 4 {
 			t.Errorf("shopify = %+v", s)
 		}
-		if d, err := cfg.DownstreamFor("https://example.myshopify.com/admin/api/2024-01/orders.json?limit=5"); err != nil || d.Name != "shopify" {
+		if d, err := cfg.DownstreamForTenant("example", "https://example.myshopify.com/admin/api/2024-01/orders.json?limit=5"); err != nil || d.Name != "shopify" {
 			t.Errorf("DownstreamFor(shopify order) = %v, %v", d.Name, err)
 		}
 		if d, err := cfg.DownstreamFor("https://hooks.partner.example:8443/in/42"); err != nil || d.Name != "webhooks" || d.Limit.MaxWait >= 0 {

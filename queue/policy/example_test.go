@@ -16,7 +16,7 @@ queue:
   bound: 1000
 downstreams:
   shopify:
-    base_url: https://example.myshopify.com/admin/api/
+    base_url: https://{tenant}.myshopify.com/admin/api/
     rate: 2
     burst: 40
     per_tenant: true
@@ -43,10 +43,13 @@ tenants:
 	fmt.Println(acme.ID, acme.Policy, "weight", acme.Weight)
 	fmt.Println(other.ID, other.Policy, "weight", other.Weight)
 
-	d, err := cfg.DownstreamFor("https://example.myshopify.com/admin/api/2024-01/orders.json")
+	// Each store is a tenant, with a host of its own.
+	d, err := cfg.DownstreamForTenant("acme", "https://acme.myshopify.com/admin/api/2024-01/orders.json")
 	fmt.Println(d.Name, err)
-	_, err = cfg.DownstreamFor("https://example.myshopify.com/admin/apiX")
+	_, err = cfg.DownstreamForTenant("acme", "https://acme.myshopify.com/admin/apiX")
 	fmt.Println(err)
+	_, err = cfg.DownstreamForTenant("acme", "https://globex.myshopify.com/admin/api/orders.json")
+	fmt.Println(errors.Is(err, policy.ErrTenantURL), err)
 
 	qc := cfg.QueueConfig() // for queue.NewProducer and queue.NewServer
 	fmt.Println("queue", qc.Queue, "bound", qc.Bound)
@@ -55,7 +58,8 @@ tenants:
 	// acme sliding_window_log 10/1s weight 2
 	// default token_bucket 100/1m0s weight 1
 	// shopify <nil>
-	// URL not allowed: no downstream's base_url covers "https://example.myshopify.com/admin/apiX"
+	// URL not allowed: no downstream's base_url covers "https://acme.myshopify.com/admin/apiX"
+	// true URL not allowed for the job's tenant: "https://globex.myshopify.com/admin/api/orders.json" is not tenant "acme"'s host: downstream "shopify"'s base_url "https://{tenant}.myshopify.com/admin/api/" gives it "acme.myshopify.com"
 	// queue default bound 1000
 }
 

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,7 +86,7 @@ func checkInvariants(c *Config) error {
 			if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
 				return fmt.Errorf("downstream %s: base URL %v", name, u)
 			}
-			got, err := c.DownstreamFor(u.String())
+			got, err := c.DownstreamForTenant("t0", fillTenant(u, "t0"))
 			if err != nil || got.Name != name {
 				return fmt.Errorf("downstream %s: its own base URL %v goes to %q, %v", name, u, got.Name, err)
 			}
@@ -112,6 +114,7 @@ func checkInvariants(c *Config) error {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("queue: {bound: 1}\n"))
 	f.Add([]byte("queue:\n  bound: 5\ndownstreams:\n  a: {rate: 1, base_url: http://a.com/api}\ntenants:\n  default: {algorithm: gcra, limit: 1, period: 1s}\n"))
+	f.Add([]byte("queue: {bound: 1}\ndownstreams:\n  s: {rate: 1, base_url: \"https://{tenant}.myshopify.com/admin/\"}\n  h: {rate: 1, base_url: \"https://hooks.example.com/in/{tenant}/\"}\n"))
 	f.Add([]byte("queue: {bound: 1}\ndownstreams:\n  a:\n    rate: 10\n    also:\n      - {rate: 1000, per: 1h, burst: 50}\n      - {rate: 5, counts: calls}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
@@ -145,6 +148,44 @@ func FuzzParse(f *testing.F) {
 		again, err := Parse(data)
 		if err != nil || !reflect.DeepEqual(cfg, again) {
 			t.Fatalf("second parse differs: %v", err)
+		}
+	})
+}
+
+// FuzzDownstreamForTenant checks that a {tenant} base_url never gives a
+// tenant another's host or path: whatever the tenant and the URL, a URL
+// resolved to such a downstream is on the host, or under the path, that
+// the base_url gives that very tenant.
+func FuzzDownstreamForTenant(f *testing.F) {
+	cfg, err := Parse([]byte("queue: {bound: 1}\ndownstreams:\n" +
+		"  s: {rate: 1, base_url: \"https://{tenant}.myshopify.com/admin/\"}\n" +
+		"  h: {rate: 1, base_url: \"https://hooks.example.com/in/{tenant}/v1\"}\n" +
+		"  r: {rate: 1, base_url: \"http://r.example.com/{tenant}\"}\n" +
+		"  p: {rate: 1, base_url: \"https://hooks.example.com/status/\"}\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("acme", "https://acme.myshopify.com/admin/x")
+	f.Add("acme", "https://bob.myshopify.com/admin/x")
+	f.Add("a.b", "https://hooks.example.com/in/a.b/v1/x")
+	f.Add("..", "https://hooks.example.com/in/../v1")
+	f.Add("ACME", "http://r.example.com/acme/x")
+	f.Fuzz(func(t *testing.T, tenant, raw string) {
+		d, err := cfg.DownstreamForTenant(tenant, raw)
+		if err != nil || d.Name == "p" {
+			return
+		}
+		u, perr := url.Parse(raw)
+		if perr != nil {
+			t.Fatalf("%q resolved to %s but does not parse: %v", raw, d.Name, perr)
+		}
+		own, _ := url.Parse(fillTenant(d.BaseURL, tenant))
+		host, path := strings.ToLower(u.Host), u.EscapedPath()
+		if port := u.Port(); port == "443" && u.Scheme == "https" || port == "80" && u.Scheme == "http" || port == "" {
+			host = strings.ToLower(u.Hostname())
+		}
+		if host != own.Host || path != own.Path && !strings.HasPrefix(path, strings.TrimSuffix(own.Path, "/")+"/") {
+			t.Fatalf("tenant %q reached %s (%s%s) through %s, whose base_url gives it %s", tenant, raw, host, path, d.Name, own)
 		}
 	})
 }

@@ -42,19 +42,31 @@ func parseURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// parseBaseURL checks a downstream's base_url: parseURL's rules, and no
-// query or fragment. The host is kept in lower case.
+// parseBaseURL checks a downstream's base_url: parseURL's rules, no query
+// or fragment, and braces only for one {tenant} (findTenantVar), which
+// the URL returned holds as putTenantVar writes it. The host is kept in
+// lower case.
 func parseBaseURL(s string) (*url.URL, error) {
-	u, err := parseURL(s)
+	where, err := findTenantVar(s)
 	switch {
 	case err != nil:
 		return nil, err
+	case where != "" && strings.Contains(strings.ToLower(s), placeholder):
+		return nil, fmt.Errorf("must not hold %q, which stands for {tenant} while it is parsed", placeholder)
+	}
+	u, err := parseURL(strings.Replace(s, tenantVar, placeholder, 1))
+	switch {
+	case err != nil:
+		return nil, errors.New(strings.ReplaceAll(err.Error(), placeholder, tenantVar))
 	case u.RawQuery != "" || u.ForceQuery:
 		return nil, errors.New("must not have a query (?...)")
 	case u.Fragment != "" || strings.Contains(s, "#"):
 		return nil, errors.New("must not have a fragment (#...)")
+	case strings.Contains(u.Path, tenantVar):
+		return nil, errors.New("write {tenant} as it is, not percent-encoded (%7Btenant%7D)")
 	}
 	u.Host = strings.ToLower(u.Host)
+	putTenantVar(u, where)
 	return u, nil
 }
 
@@ -62,11 +74,26 @@ func parseBaseURL(s string) (*url.URL, error) {
 // written (a missing one is the scheme's default), or "" for a port out of
 // range.
 func originOf(u *url.URL) string {
-	port, err := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[u.Scheme]))
-	if err != nil || port < 1 || port > 65535 {
+	scheme, host, port := originParts(u)
+	if port == "" {
 		return ""
 	}
-	return strings.ToLower(u.Scheme + "://" + net.JoinHostPort(u.Hostname(), strconv.Itoa(port)))
+	return joinOrigin(scheme, host, port)
+}
+
+// originParts returns u's scheme and host in lower case and its port, the
+// scheme's default when u has none; port is "" when out of range.
+func originParts(u *url.URL) (scheme, host, port string) {
+	scheme, host = strings.ToLower(u.Scheme), strings.ToLower(u.Hostname())
+	n, err := strconv.Atoi(cmp.Or(u.Port(), map[string]string{"http": "80", "https": "443"}[scheme]))
+	if err != nil || n < 1 || n > 65535 {
+		return scheme, host, ""
+	}
+	return scheme, host, strconv.Itoa(n)
+}
+
+func joinOrigin(scheme, host, port string) string {
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // basePath returns the escaped path of a base URL without trailing
@@ -102,53 +129,167 @@ func pathTrick(u *url.URL) string {
 	return "percent-encoding nested too deep in its path"
 }
 
-// DownstreamFor returns the downstream whose base_url covers rawURL, so
-// that a built-in HTTP job cannot make the workers call an arbitrary host:
-// the same origin, and a path at or under the base_url's on a segment
-// boundary; the longest such path wins, then the first name (docs/policy.md,
-// "URLs that HTTP jobs may call"). It refuses, with an error wrapping
-// ErrURLNotAllowed, a URL that parseURL refuses or that no downstream
-// covers. Downstreams without a base_url cover nothing.
+// DownstreamFor returns the downstream whose base_url covers rawURL for
+// a job without a tenant: DownstreamForTenant with tenant "", for which a
+// base_url with {tenant} covers nothing.
 func (c *Config) DownstreamFor(rawURL string) (queue.Downstream, error) {
+	return c.DownstreamForTenant("", rawURL)
+}
+
+// DownstreamForTenant returns the downstream whose base_url covers rawURL
+// for a job of tenant, so that a built-in HTTP job cannot make the workers
+// call an arbitrary host: the same origin, and a path at or under the
+// base_url's on a segment boundary, {tenant} standing for tenant; the
+// longest such path wins, then the first name (docs/policy.md, "URLs that
+// HTTP jobs may call"). It refuses, with an error wrapping
+// ErrURLNotAllowed, a URL that parseURL refuses or that no downstream
+// covers, and with one wrapping ErrTenantURL a URL that a {tenant}
+// base_url covers for another tenant, or whose {tenant} the tenant cannot
+// fill (hostTenantProblem, pathTenantProblem). Downstreams without a
+// base_url cover nothing.
+func (c *Config) DownstreamForTenant(tenant, rawURL string) (queue.Downstream, error) {
 	u, err := parseURL(rawURL)
 	if err != nil {
 		return queue.Downstream{}, fmt.Errorf("%w: %w", ErrURLNotAllowed, err)
 	}
-	origins := c.origins
-	if origins == nil { // a Config not made by Parse
-		origins = indexBaseURLs(c.Downstreams)
+	idx := c.index
+	if idx == nil { // a Config not made by Parse
+		idx = indexBaseURLs(c.Downstreams)
 	}
 	path := cmp.Or(u.EscapedPath(), "/")
-	for _, b := range origins[originOf(u)] { // longest first
-		if path == b.path || strings.HasPrefix(path, b.path+"/") {
-			return c.Downstreams[b.name], nil
+	scheme, host, port := originParts(u)
+	name, why := c.match(u, idx.origins[joinOrigin(scheme, host, port)], path, tenant)
+	if name == "" && idx.hostTenants && !strings.Contains(host, ":") {
+		// A {tenant} host is indexed under its origin with the label
+		// {tenant}: one lookup per label of the URL's host.
+		labels := strings.Split(host, ".")
+		for i, label := range labels {
+			labels[i] = tenantVar
+			list := idx.origins[joinOrigin(scheme, strings.Join(labels, "."), port)]
+			pattern := strings.Join(labels, ".")
+			labels[i] = label
+			if len(list) == 0 {
+				continue
+			}
+			var w error
+			d := c.Downstreams[list[0].name]
+			switch problem := hostTenantProblem(tenant); {
+			case problem != "":
+				w = fmt.Errorf("%w: tenant %.64q cannot fill {tenant} in downstream %q's base_url %s: %s; %s",
+					ErrTenantURL, tenant, d.Name, showBase(d.BaseURL), problem, hostTenantRule)
+			case label != tenant:
+				w = fmt.Errorf("%w: %s is not tenant %q's host: downstream %q's base_url %s gives it %q",
+					ErrTenantURL, shown(u), tenant, d.Name, showBase(d.BaseURL), strings.Replace(pattern, tenantVar, tenant, 1))
+			default:
+				name, w = c.match(u, list, path, tenant)
+			}
+			why = cmp.Or(why, w)
+			if name != "" {
+				break
+			}
 		}
+	}
+	switch {
+	case name != "":
+		return c.Downstreams[name], nil
+	case why != nil:
+		return queue.Downstream{}, why
 	}
 	return queue.Downstream{}, fmt.Errorf("%w: no downstream's base_url covers %s", ErrURLNotAllowed, shown(u))
 }
 
-// prefix is a downstream's base_url path (basePath), in an index by
-// origin.
-type prefix struct{ path, name string }
+// match returns the name of the first base_url path of list that covers
+// path for tenant; or else "" and why a {tenant} path that would cover it
+// for some tenant does not for this one, or nil.
+func (c *Config) match(u *url.URL, list []prefix, path, tenant string) (string, error) {
+	var why error
+	for _, b := range list {
+		if !b.tenant {
+			if path == b.path || strings.HasPrefix(path, b.path+"/") {
+				return b.name, nil
+			}
+			continue
+		}
+		seg, ok := strings.CutPrefix(path, b.path+"/")
+		if seg, _, _ = strings.Cut(seg, "/"); !ok || seg == "" {
+			continue
+		}
+		d, own := c.Downstreams[b.name], b.path+"/"+tenant+b.rest
+		switch problem := pathTenantProblem(tenant); {
+		case problem != "":
+			why = cmp.Or(why, fmt.Errorf("%w: tenant %.64q cannot fill {tenant} in downstream %q's base_url %s: %s; %s",
+				ErrTenantURL, tenant, d.Name, showBase(d.BaseURL), problem, pathTenantRule))
+		case seg != tenant:
+			why = cmp.Or(why, fmt.Errorf("%w: %s is not under tenant %q's path: downstream %q's base_url %s gives it %q",
+				ErrTenantURL, shown(u), tenant, d.Name, showBase(d.BaseURL), own+"/"))
+		case path == own || strings.HasPrefix(path, own+"/"):
+			return b.name, nil
+		}
+	}
+	return "", why
+}
 
-// indexBaseURLs returns the base_url paths of the downstreams that have
-// one, by origin (originOf), each origin's longest first and then by
-// name, so that a URL is resolved by one map lookup and a scan of its
-// host's few paths, not of every downstream.
-func indexBaseURLs(ds map[string]queue.Downstream) map[string][]prefix {
-	idx := map[string][]prefix{}
+// prefix is a downstream's base_url path in the index: basePath, or for
+// a {tenant} path the part before the tenant's segment (path) and the
+// part after it (rest), which cover path/<tenant>rest.
+type prefix struct {
+	path, name string
+	tenant     bool
+	rest       string
+}
+
+// prefixOf returns the prefix of a downstream's base URL u.
+func prefixOf(u *url.URL, name string) prefix {
+	p := basePath(u)
+	before, after, ok := strings.Cut(p, "/"+tenantEscaped)
+	if ok && (after == "" || after[0] == '/') {
+		return prefix{path: before, name: name, tenant: true, rest: after}
+	}
+	return prefix{path: p, name: name}
+}
+
+// size is the length of b's path as written, for the order of the index.
+func (b prefix) size() int {
+	if b.tenant {
+		return len(b.path) + len("/"+tenantVar) + len(b.rest)
+	}
+	return len(b.path)
+}
+
+// baseIndex is the downstreams' base_urls, so that a URL is resolved by
+// a map lookup and a scan of its host's few paths, not of every
+// downstream.
+type baseIndex struct {
+	// origins are the paths of each origin (originOf), longest first and
+	// then by name; a {tenant} host's are under its origin with the label
+	// {tenant} as written, which no URL's host can be.
+	origins map[string][]prefix
+	// hostTenants tells whether any host has {tenant}: only then is a
+	// URL's host looked up a label at a time.
+	hostTenants bool
+}
+
+// indexBaseURLs indexes the base_urls of the downstreams that have one.
+func indexBaseURLs(ds map[string]queue.Downstream) *baseIndex {
+	idx := &baseIndex{origins: map[string][]prefix{}}
 	for name, d := range ds {
 		if d.BaseURL != nil {
 			o := originOf(d.BaseURL)
-			idx[o] = append(idx[o], prefix{basePath(d.BaseURL), name})
+			idx.origins[o] = append(idx.origins[o], prefixOf(d.BaseURL, name))
+			idx.hostTenants = idx.hostTenants || hasHostTenant(d.BaseURL)
 		}
 	}
-	for _, ps := range idx {
+	for _, ps := range idx.origins {
 		slices.SortFunc(ps, func(a, b prefix) int {
-			return cmp.Or(cmp.Compare(len(b.path), len(a.path)), cmp.Compare(a.name, b.name))
+			return cmp.Or(cmp.Compare(b.size(), a.size()), cmp.Compare(a.name, b.name))
 		})
 	}
 	return idx
+}
+
+// hasHostTenant tells whether a base URL has {tenant} in its host.
+func hasHostTenant(u *url.URL) bool {
+	return slices.Contains(strings.Split(strings.ToLower(u.Hostname()), "."), tenantVar)
 }
 
 // shown quotes u's scheme, host and path for an error message: never its

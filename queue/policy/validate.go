@@ -77,6 +77,7 @@ func (p *parser) policy(err error, path string, keys map[string]string) {
 func (p *parser) config(f *file) *Config {
 	cfg := &Config{Queue: p.queue(&f.Queue), Downstreams: map[string]queue.Downstream{}, Tenants: map[string]Tenant{}}
 	bases := map[string]string{} // normalised base URL -> the downstream that has it
+	var order []string           // the downstreams, as in the file
 	for _, ent := range f.Downstreams {
 		path := join("downstreams", ent.name)
 		if !names.Valid(ent.name, names.MaxLen, "") {
@@ -94,8 +95,16 @@ func (p *parser) config(f *file) *Config {
 			bases[b] = ent.name
 		}
 		cfg.Downstreams[ent.name] = d
+		order = append(order, ent.name)
 	}
-	cfg.origins = indexBaseURLs(cfg.Downstreams)
+	ref := func(name string) string {
+		return fmt.Sprintf("%s's base_url (line %d)", join("downstreams", name), p.keys[join("downstreams", name)].key.Line)
+	}
+	for _, o := range tenantOverlaps(order, cfg.Downstreams, ref) {
+		path := join("downstreams", o.a) + ".base_url"
+		p.add(p.value(path), path, nil, "%s", o.why)
+	}
+	cfg.index = indexBaseURLs(cfg.Downstreams)
 	if cfg.Queue.Types != nil {
 		cfg.types = map[string]bool{}
 		for _, t := range cfg.Queue.Types {
