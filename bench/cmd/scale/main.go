@@ -87,6 +87,7 @@ type options struct {
 	latencyMax   time.Duration
 	globalBurst  int64
 	sluiceBurst  int64
+	shards       int // sluice's queue.shards on a cluster
 	enqueueProcs int
 	peerCheck    time.Duration
 	out          string
@@ -137,6 +138,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.latencyMax, "latency-max", 5*time.Millisecond, "the most time the API takes to answer a call")
 	fs.Int64Var(&o.globalBurst, "global-burst", 100, "global5k: the capacity of the API's one bucket, and sluice's burst")
 	fs.Int64Var(&o.sluiceBurst, "sluice-burst", shopCapacity, "the burst of sluice's per-tenant downstream (the API's bucket is 40)")
+	fs.IntVar(&o.shards, "cluster-shards", 12, "sluice's queue.shards in the cluster cases (1 elsewhere)")
 	fs.DurationVar(&o.peerCheck, "peer-check", 0, "the peers' asynq DelayedTaskCheckInterval, how often due retries return to the queue (0: asynq's default, 5s)")
 	fs.IntVar(&o.enqueueProcs, "enqueue-procs", 4, "enqueue processes run at once for sluice's jobs")
 	fs.StringVar(&o.out, "out", "scale.md", "write the report here as well (empty: only standard output)")
