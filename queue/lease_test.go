@@ -235,7 +235,10 @@ func TestCappedDownstreamDoesNotStarveOthers(t *testing.T) {
 		got, took := bCalls.Load()-from, time.Since(start)
 		want := rate * took.Seconds()
 		t.Logf("b: %d calls in %v beside a saturated a (%.1f%% of its rate)", got, took.Round(time.Millisecond), 100*float64(got)/want)
-		if float64(got) < 0.85*want {
+		// Starved, b made about 1% of its rate (13 calls in 20 s); on a
+		// quiet machine it makes 95-100%. Half its rate tells the two
+		// apart on a machine shared with the rest of the suite.
+		if float64(got) < 0.5*want {
 			t.Errorf("b made %d calls in %v beside a saturated a; its rate allows %.0f", got, took, want)
 		}
 		if m := aMost.Load(); m > 1 {
