@@ -94,6 +94,18 @@ func WithSlotTaken(ctx context.Context) context.Context {
 	return context.WithValue(ctx, slotTakenKey{}, true)
 }
 
+type ownPauseKey struct{}
+
+// WithOwnPause marks ctx as carrying a request whose refusal (a 429 or
+// 503) should not pause the fleet: the queue's worker sets it on a job
+// that its downstream has refused before, so that one call that is
+// always refused (a bad path, a disabled account) costs the fleet its
+// first Retry-After, not one for every try, while calls of others
+// succeed. Only the caller waits.
+func WithOwnPause(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownPauseKey{}, true)
+}
+
 // RoundTrip takes a slot, sends req, and feeds the response's limits back
 // into the throttle.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -133,7 +145,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	t.Metrics.observe(t.Limit.Name, codeLabel(resp.StatusCode))
-	if d := PauseOf(resp); d > 0 {
+	if d := PauseOf(resp); d > 0 && ctx.Value(ownPauseKey{}) == nil {
 		// An error leaves the key unpaused: the next request finds out again.
 		_, _ = t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d)
 	}

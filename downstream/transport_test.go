@@ -183,3 +183,43 @@ func TestTransportKeepsLeaseForLongCalls(t *testing.T) {
 		t.Fatalf("the API saw %d calls in flight under a cap of 1 (%+v)", c.MaxInFlight, c)
 	}
 }
+
+// TestTransportOwnPause: a request marked WithOwnPause that is refused
+// (429, Retry-After 30) does not pause the key: the next request of
+// another caller goes at once. Unmarked, the same refusal pauses it.
+func TestTransportOwnPause(t *testing.T) {
+	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: 1000})
+	defer fake.Close()
+	th := newThrottle(t)
+	tr := &Transport{Throttle: th, Limit: throttle.Limit{Name: "api", Rate: 100, MaxWait: time.Second}}
+	get := func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fake.URL()+"/x", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	fake.SetFault(downstreamtest.Fault429Seconds(30))
+	resp, err := get(WithOwnPause(context.Background()))
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the refused request: %v, %v", resp, err)
+	}
+	fake.SetFault(downstreamtest.FaultNone)
+	if resp, err := get(context.Background()); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("another caller after a refusal of its own: %v, %v; want it sent at once", resp, err)
+	}
+	fake.SetFault(downstreamtest.Fault429Seconds(30))
+	if _, err := get(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fake.SetFault(downstreamtest.FaultNone)
+	var far *throttle.TooFarError
+	if _, err := get(context.Background()); !errors.As(err, &far) {
+		t.Fatalf("after an unmarked refusal: %v; want the key paused", err)
+	}
+}

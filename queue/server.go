@@ -298,8 +298,11 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				ErrRefusedTooOften, job.ID, job.Tenant, job.Downstream, job.refused, re.Reason))
 		}
 		m := ""
-		if re.Refused {
-			m = mark(job, d) // the fleet is paused on the key
+		if re.Refused && job.refused == 1 {
+			// The fleet is paused on the key. A job refused again
+			// waits alone (downstream.WithOwnPause), so that one call
+			// that is always refused costs the others one pause.
+			m = mark(job, d)
 		}
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m)
 	}

@@ -125,7 +125,13 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// ErrURLNotAllowed, ErrTenantURL).
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", Type, job.ID, err))
 	}
-	ctx, cancel := context.WithTimeout(downstream.WithSlotTaken(ctx), cmp.Or(target.Timeout, 30*time.Second))
+	ctx = downstream.WithSlotTaken(ctx)
+	if job.Refusals() > 0 {
+		// Refused before: a refusal now pauses only this job, not the
+		// fleet (downstream.WithOwnPause).
+		ctx = downstream.WithOwnPause(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(target.Timeout, 30*time.Second))
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, req.Method, req.URL, strings.NewReader(req.Body))
 	if err != nil {
