@@ -153,13 +153,19 @@ func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 type QueueFullError struct {
 	Queue  string
 	Tenant string // set when the tenant's own bound refused the job
-	Depth  int64
-	Bound  int64
+	// Shard is the asynq queue of the tenant's shard when the queue has
+	// several (Config.Shards); Depth and Bound are then the shard's.
+	Shard string
+	Depth int64
+	Bound int64
 }
 
 func (e *QueueFullError) Error() string {
 	if e.Tenant != "" {
 		return fmt.Sprintf("%v: tenant %.64q has %d of %d jobs waiting in queue %q", ErrQueueFull, e.Tenant, e.Depth, e.Bound, e.Queue)
+	}
+	if e.Shard != "" {
+		return fmt.Sprintf("%v: shard %q of queue %q has %d of its %d jobs waiting (its share of the bound)", ErrQueueFull, e.Shard, e.Queue, e.Depth, e.Bound)
 	}
 	return fmt.Sprintf("%v: queue %q has %d of %d jobs waiting", ErrQueueFull, e.Queue, e.Depth, e.Bound)
 }

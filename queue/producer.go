@@ -272,7 +272,11 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		}
 		return r, nil
 	case 1:
-		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Depth: v[1], Bound: v[2]}
+		e := &QueueFullError{Queue: p.cfg.Queue, Depth: v[1], Bound: v[2]}
+		if len(p.shards) > 1 {
+			e.Shard = k.queue
+		}
+		return Receipt{}, e
 	case 2:
 		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: v[1], Bound: v[2]}
 	case 4:

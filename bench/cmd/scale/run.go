@@ -380,12 +380,14 @@ func (e *env) policyPath(c scaleCase) string { return filepath.Join(e.dir, c.nam
 // capacity for the whole downstream.
 func (o options) policyYAML(c scaleCase, url string, jobs int) string {
 	var b strings.Builder
-	shards := 1
+	shards, bound := 1, jobs+1000
 	if c.cluster {
-		shards = o.shards
+		// Each shard holds its share of the bound, and tenants hash to
+		// shards unevenly: room for the fullest.
+		shards, bound = o.shards, jobs*3/2+1000
 	}
 	fmt.Fprintf(&b, "queue:\n  name: scale\n  bound: %d\n  shards: %d\n  prefetch: %d\ndownstreams:\n  api:\n    base_url: %s/t/\n",
-		jobs+1000, shards, 2*o.workers*c.conc, url)
+		bound, shards, 2*o.workers*c.conc, url)
 	if c.api.mode == modeGlobal {
 		fmt.Fprintf(&b, "    rate: %d\n    per: 1s\n    burst: %d\n", c.api.rate, c.api.capacity)
 	} else {
