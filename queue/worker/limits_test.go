@@ -1,8 +1,7 @@
-package workercmd
+package worker
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,15 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/queue/policy"
 )
 
 // startLimitedWorker runs a worker on miniredis with the given server
@@ -30,25 +27,18 @@ func startLimitedWorker(t *testing.T, lim serverLimits) string {
 	if err := os.WriteFile(file, []byte("queue:\n  name: slow\n  bound: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := policy.Load(file)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{listen: "127.0.0.1:0", concurrency: 1, shutdown: time.Second, monitorReadOnly: true, limits: lim}
-	w, err := newWorker(redistest.Mini(t), cfg, o, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	w, err := New(&Config{PolicyFile: file, Redis: redistest.Mini(t), Listener: ln, Concurrency: 1, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return w.ln.Addr().String()
+	w.limits = lim
+	runUntilCleanup(t, w, new(strings.Builder))
+	return ln.Addr().String()
 }
 
 // closedWithin reads c until the server closes it and reports how long
