@@ -19,29 +19,10 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// crm stands in for a vendor's SDK, whose calls the program paces on the
-// shared throttle: every worker process together keeps to the vendor's
-// quota, however many calls a job makes.
-type crm struct {
-	throttle *throttle.Throttle
-	limit    throttle.Limit
-	synced   chan string
-}
-
-// UpsertContact is one call of the SDK.
-func (c *crm) UpsertContact(ctx context.Context, account, email string) error {
-	// A *throttle.TooFarError when the call's slot is further away than
-	// MaxWait: the worker puts the job back for that time, no retry spent.
-	if _, err := c.throttle.Wait(ctx, "crm:"+account, c.limit, 1); err != nil {
-		return err
-	}
-	c.synced <- email + " for " + account
-	return nil
-}
-
-// A program with a job type of its own: the worker runs it beside the
-// built-in sluice.http job, and serves the sluice page, POST /enqueue,
-// /metrics, /healthz and asynqmon, on the program's Redis. Here the
+// A program with a job type of its own, which calls a CRM paced on the
+// shared throttle: the worker runs it beside the built-in sluice.http
+// job, and serves the sluice page, POST /enqueue, /metrics, /healthz and
+// asynqmon, on the program's Redis. Here the
 // program's own listener on port 0 and an embedded Redis; cmd/worker
 // gives a listen address and a redis:// URL instead.
 func Example() {
@@ -57,7 +38,8 @@ func Example() {
 		panic(err)
 	}
 	defer th.Close()
-	vendor := &crm{throttle: th, limit: throttle.Limit{Name: "crm", Rate: 10, Per: time.Second, MaxWait: 10 * time.Second}, synced: make(chan string, 1)}
+	crm := throttle.Limit{Name: "crm", Rate: 10, Per: time.Second, MaxWait: 10 * time.Second}
+	synced := make(chan string, 1)
 
 	cfg, err := policy.Parse([]byte("queue:\n  name: contacts\n  bound: 1000\n  types: [contact.sync]\n"))
 	if err != nil {
@@ -81,7 +63,15 @@ func Example() {
 		if strings.HasSuffix(contact.Email, ".invalid") {
 			return queue.Reschedule(time.Hour, "waiting for a valid address") // no retry spent
 		}
-		return vendor.UpsertContact(ctx, job.Tenant, contact.Email)
+		// The CRM's calls are paced on the shared throttle, so that every
+		// worker process together keeps to its quota. A slot further away
+		// than MaxWait is a *throttle.TooFarError: returned, it puts the
+		// job back for that time, spending no retry.
+		if _, err := th.Wait(ctx, "crm:"+job.Tenant, crm, 1); err != nil {
+			return err
+		}
+		synced <- contact.Email + " for " + job.Tenant // the call to the CRM
+		return nil
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
@@ -97,7 +87,7 @@ func Example() {
 		fmt.Println("POST /enqueue:", resp.Status)
 	}
 	post(`{"tenant":"acme","type":"contact.sync","payload":{"email":"ada@example.com"}}`)
-	fmt.Println("synced", <-vendor.synced)
+	fmt.Println("synced", <-synced)
 	post(`{"tenant":"acme","type":"contact.delete"}`) // no worker handles it: refused
 	for _, path := range []string{"/", "/metrics", "/healthz"} {
 		resp, err := http.Get(base + path)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,13 +25,19 @@ import (
 	"github.com/sluicehq/sluice/queue/policy"
 )
 
-// runWorker runs a worker configured by the worker command's flags
-// args plus -policy and -listen, logging to out, and stops it when the
-// test ends, requiring Run to return nil. It returns the listen address.
+// runWorker runs a worker configured by the worker command's flags args
+// plus -policy, on a loopback listener of its own, logging to out, and
+// stops it when the test ends, requiring Run to return nil. It returns
+// the listen address.
 func runWorker(t *testing.T, policy string, args ...string) (addr string, out *syncBuffer) {
 	t.Helper()
-	addr = freeAddr(t)
-	cfg := flagConfig(t, append([]string{"-policy", policy, "-listen", addr}, args...)...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	cfg := flagConfig(t, append([]string{"-policy", policy}, args...)...)
+	cfg.Listener = ln
 	out = &syncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(out, nil))
 	w, err := New(cfg)

@@ -245,7 +245,7 @@ func TestHealthzUnderSlowloris(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	waitFor(t, 10*time.Second, "the slow connections to open", func() bool { return opened.Load() >= slow })
+	waitUntil(t, 10*time.Second, "the slow connections to open", func() bool { return opened.Load() >= slow })
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for i := range 5 {
 		start := time.Now()
@@ -259,17 +259,5 @@ func TestHealthzUnderSlowloris(t *testing.T) {
 			t.Fatalf("GET /healthz #%d: %d", i, resp.StatusCode)
 		}
 		t.Logf("GET /healthz #%d with %d slow connections: %v", i, slow, time.Since(start).Round(time.Millisecond))
-	}
-}
-
-// waitFor polls cond every 10 ms until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

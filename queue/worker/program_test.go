@@ -56,19 +56,7 @@ func TestProgramWithOwnHandler(t *testing.T) {
 			runUntilCleanup(t, w, log)
 			base := "http://" + ln.Addr().String()
 
-			post := func(body string) (int, queue.EnqueueResponse) {
-				t.Helper()
-				resp, err := http.Post(base+"/enqueue", "application/json", strings.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				var r queue.EnqueueResponse
-				if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-					t.Fatal(err)
-				}
-				return resp.StatusCode, r
-			}
+			post := func(body string) (int, queue.EnqueueResponse) { return postJob(t, ln.Addr().String(), body) }
 			code, r := post(`{"tenant":"acme","type":"contact.sync","id":"c-1","payload":{"email":"ada@example.com"}}`)
 			if code != http.StatusAccepted {
 				t.Fatalf("POST /enqueue contact.sync: %d %+v\n%s", code, r, log.String())
@@ -113,4 +101,20 @@ func TestProgramWithOwnHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// postJob sends body to the POST /enqueue of the worker at addr and
+// returns the status and the answer.
+func postJob(t *testing.T, addr, body string) (int, queue.EnqueueResponse) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r queue.EnqueueResponse
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, r
 }

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,15 +21,6 @@ import (
 // TestMain checks that a worker run to its end (SIGTERM, a bad policy)
 // leaves no goroutine behind.
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestWorkerEndpoints runs the worker on an embedded Redis and checks its
 // HTTP surface, then stops it as SIGTERM would.
