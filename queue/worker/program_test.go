@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -117,4 +118,62 @@ func postJob(t *testing.T, addr, body string) (int, queue.EnqueueResponse) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, r
+}
+
+// TestNewRefusesBadConfig: a Config that cannot run is an error wrapping
+// ErrConfig from New (nil among them: it names no policy), not a panic;
+// a second Run is an error; and Handle panics, as a ServeMux does, on a
+// type that is invalid or taken (the built-in one among them).
+func TestNewRefusesBadConfig(t *testing.T) {
+	cfg, err := policy.Parse([]byte("queue:\n  bound: 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redistest.Mini(t)
+	for name, c := range map[string]*Config{
+		"nil":                  nil,
+		"no policy":            {Redis: rdb},
+		"two policies":         {Policy: cfg, PolicyFile: "p.yaml", Redis: rdb},
+		"no redis":             {Policy: cfg},
+		"a client and a URL":   {Policy: cfg, Redis: rdb, RedisURL: "redis://127.0.0.1:1/0"},
+		"embedded and cluster": {Policy: cfg, RedisURL: EmbeddedRedis, RedisCluster: "127.0.0.1:1"},
+		"negative concurrency": {Policy: cfg, Redis: rdb, Concurrency: -1},
+		"fallback above 1":     {Policy: cfg, Redis: rdb, Fallback: 1.5},
+		"negative shutdown":    {Policy: cfg, Redis: rdb, ShutdownTimeout: -time.Second},
+		"negative check":       {Policy: cfg, Redis: rdb, RedisCheckEvery: -time.Second},
+		"a URL as a host":      {Policy: cfg, Redis: rdb, AllowedHosts: []string{"http://a.example"}},
+	} {
+		if _, err := New(c); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(&Config{Policy: cfg, Redis: rdb, Listener: ln, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"sluice.http", "bad type", ""} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Handle(%q) did not panic", typ)
+				}
+			}()
+			w.HandleFunc(typ, func(context.Context, *queue.Job) error { return nil })
+		}()
+	}
+	runUntilCleanup(t, w, new(strings.Builder))
+	waitUntil(t, 10*time.Second, "the worker to serve", func() bool {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	if err := w.Run(context.Background()); err == nil {
+		t.Fatal("a second Run did not fail")
+	}
 }
