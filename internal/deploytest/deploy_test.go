@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/downstream"
-	"github.com/sluicehq/sluice/internal/workercmd"
+	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/policy"
 	"github.com/sluicehq/sluice/throttle"
@@ -52,14 +52,14 @@ func (d *describer) MustRegister(cs ...prometheus.Collector) {
 func (d *describer) Unregister(prometheus.Collector) bool { return false }
 
 // exported returns the names of every sluice series the worker can
-// serve: the metrics of the constructors workercmd's newWorker calls, and
+// serve: the metrics of the constructors queue/worker's Run calls, and
 // each histogram's _bucket, _sum and _count.
 func exported() map[string]bool {
 	d := &describer{names: map[string]bool{}, histograms: map[string]bool{}}
 	throttle.NewMetrics(d)
 	queue.NewMetrics(d, "default")
 	downstream.NewMetrics(d)
-	workercmd.RegisterRedisMetrics(d)
+	redisconn.RegisterWatchMetrics(d)
 	for h := range d.histograms {
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			d.names[h+suffix] = true

@@ -10,13 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/downstream/downstreamtest"
+	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/httpjob"
 	"github.com/sluicehq/sluice/queue/policy"
+	"github.com/sluicehq/sluice/queue/worker"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -35,17 +37,13 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, o.demoFor)
 		defer cancel()
 	}
-	client, closeRedis, embedded, err := connect(ctx, o.redis, true, stdout)
+	client, closeRedis, err := demoRedis(o.worker, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice demo:", err)
 		return 1
 	}
 	defer closeRedis()
-	if err := checkRedis(ctx, client, o.allowEvicting, embedded, slog.New(slog.NewTextHandler(stderr, nil))); err != nil {
-		fmt.Fprintln(stderr, "sluice demo:", err)
-		return 1
-	}
-	quota := o.demoRate
+	quota := o.demoQuota
 	fake := downstreamtest.NewServer(downstreamtest.Config{Rate: int(quota)})
 	defer fake.Close()
 	base, _ := url.Parse(fake.URL() + "/api/")
@@ -58,31 +56,41 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 			"small-shop": {ID: "small-shop", Policy: &fixed, Weight: 1},
 		},
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var workers []*worker
-	for i := 0; i < 2; i++ {
-		wo := o
-		wo.listen = "127.0.0.1:0"
-		wo.concurrency = 8
-		w, err := newWorker(client, cfg, wo, log, prometheus.NewRegistry())
+	var workers []*worker.Worker
+	for range 2 {
+		wc := *o.worker
+		wc.Policy, wc.PolicyFile = cfg, ""
+		wc.Redis, wc.RedisURL, wc.RedisCluster, wc.RedisCAFile = client, "", "", ""
+		wc.Listen, wc.Listener, wc.Concurrency = "127.0.0.1:0", nil, 8
+		wc.Logger = slog.New(slog.DiscardHandler)
+		w, err := worker.New(&wc)
 		if err != nil {
 			fmt.Fprintln(stderr, "sluice demo:", err)
 			return 1
 		}
 		workers = append(workers, w)
 	}
+	qc := cfg.QueueConfig()
+	qc.AllowEviction = o.worker.AllowEvictingRedis
+	producer, err := queue.NewProducer(client, &qc)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
 	fmt.Fprintf(stdout, "sluice demo: a fake API at %s allows %d calls/s and answers 429 above that.\n", fake.URL(), quota)
 	fmt.Fprintf(stdout, "Four tenants enqueue %d jobs/s between them; two workers (8 goroutines each) drain them through one shared throttle.\n", 3*quota)
 	fmt.Fprintf(stdout, "Tenant small-shop is admitted at 10 jobs/s (fixed window); the others have no admission limit.\n\n")
 	runCtx, stopWorkers := context.WithCancel(context.Background())
-	done := make(chan struct{}, len(workers))
+	done := make(chan error, len(workers))
 	for _, w := range workers {
-		go func() { w.run(runCtx); done <- struct{}{} }()
+		go func() { done <- w.Run(runCtx) }()
 	}
+	stopped := 0 // workers that returned
+	failed := false
 	var admitted, refused atomic.Int64
 	producers := map[string]int64{"acme": quota, "globex": quota, "initech": quota / 2, "small-shop": quota / 2}
 	for tenant, rate := range producers {
-		go produce(ctx, workers[0].producer, tenant, rate, base.String(), &admitted, &refused)
+		go produce(ctx, producer, tenant, rate, base.String(), &admitted, &refused)
 	}
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
@@ -94,20 +102,31 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case err := <-done: // a worker that could not start
+			stopped++
+			failed = true
+			fmt.Fprintln(stderr, "sluice demo:", err)
+			break loop
 		case <-tick.C:
 		}
 		c := fake.Counts()
 		if time.Since(start) <= demoSettle+500*time.Millisecond {
 			settled = c.Limited
 		}
-		st, _ := workers[0].producer.Stats(context.Background())
+		st, _ := producer.Stats(context.Background())
 		fmt.Fprintf(stdout, "%4.0fs  %4d / %4d  %6d  %11d  %9d  %14d\n",
 			time.Since(start).Seconds(), c.Total-last, quota, c.Limited, st.Depth, admitted.Load(), refused.Load())
 		last = c.Total
 	}
 	stopWorkers()
-	for range workers {
-		<-done
+	for ; stopped < len(workers); stopped++ {
+		if err := <-done; err != nil && !failed {
+			failed = true
+			fmt.Fprintln(stderr, "sluice demo:", err)
+		}
+	}
+	if failed {
+		return 1
 	}
 	c := fake.Counts()
 	elapsed := time.Since(start).Seconds()
@@ -124,6 +143,24 @@ loop:
 		return 1
 	}
 	return 0
+}
+
+// demoRedis returns the Redis the -redis flags name, or else starts an
+// embedded one and says so.
+func demoRedis(c *worker.Config, stdout io.Writer) (client redis.UniversalClient, closer func(), err error) {
+	if c.RedisURL != worker.EmbeddedRedis && (c.RedisURL != "" || c.RedisCluster != "" || c.RedisCAFile != "") {
+		client, err := redisconn.Flags{URL: c.RedisURL, Cluster: c.RedisCluster, CAFile: c.RedisCAFile}.Client()
+		if err != nil {
+			return nil, nil, err
+		}
+		return client, func() { client.Close() }, nil
+	}
+	e, stop, err := redisconn.StartEmbedded()
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintln(stdout, redisconn.EmbeddedWarning(e.Options().Addr))
+	return e, stop, nil
 }
 
 // demoSettle is how long the demo gives the fleet to learn the API's

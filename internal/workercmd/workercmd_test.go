@@ -5,19 +5,15 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/hibiken/asynq"
-
+	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/queue"
 )
 
 // TestMain checks that a worker run to its end (SIGTERM, a bad policy)
@@ -31,63 +27,6 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// TestWorkerEndpoints runs the worker on an embedded Redis and checks its
-// HTTP surface, then stops it as SIGTERM would.
-func TestWorkerEndpoints(t *testing.T) {
-	dir := t.TempDir()
-	policy := filepath.Join(dir, "policy.yaml")
-	os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644)
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"-policy", policy, "-listen", addr, "-redis", "embedded"}, io.Discard, &out)
-	}()
-	get := func(path string) (int, string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get("http://" + addr + path)
-			if err == nil {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				return resp.StatusCode, string(b)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET %s: %v\n%s", path, err, out.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, "ok") {
-		t.Fatalf("/healthz: %d %q", code, body)
-	}
-	resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(`{"tenant":"a","type":"x"}`))
-	if err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("POST /enqueue: %v %v", resp, err)
-	}
-	resp.Body.Close()
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "sluice_queue_handed_over_total") {
-		t.Fatalf("/metrics: %d, missing sluice series", code)
-	}
-	if code, _ := get("/monitoring/"); code != 200 {
-		t.Fatalf("/monitoring/: %d", code)
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d\n%s", code, out.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the worker did not stop within 20s")
-	}
-	if !strings.Contains(out.String(), "embedded Redis") {
-		t.Fatalf("no notice of the embedded Redis:\n%s", out.String())
-	}
 }
 
 func TestWorkerBadPolicy(t *testing.T) {
@@ -117,63 +56,6 @@ func TestWorkerCAWithoutRedis(t *testing.T) {
 	}
 }
 
-// TestWorkerRetention checks that queue.retention reaches asynq: a
-// completed job is kept for the policy's time, not the default.
-func TestWorkerRetention(t *testing.T) {
-	m := miniredis.RunT(t)
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer api.Close()
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("queue:\n  name: ret\n  bound: 10\n  retention: 25m\n"+
-		"downstreams:\n  api:\n    base_url: "+api.URL+"/\n    rate: 100\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, []string{"-policy", policy, "-listen", addr, "-redis", "redis://" + m.Addr() + "/0"}, io.Discard, &out)
-	}()
-	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("exit %d\n%s", code, out.String())
-		}
-	}()
-	body := `{"tenant":"a","type":"sluice.http","downstream":"api","payload":{"url":"` + api.URL + `/x"}}`
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(body))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				t.Fatalf("POST /enqueue: %d", resp.StatusCode)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("POST /enqueue: %v\n%s", err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	ins := asynq.NewInspector(asynq.RedisClientOpt{Addr: m.Addr()})
-	defer ins.Close()
-	for {
-		done, err := ins.ListCompletedTasks("ret")
-		if err == nil && len(done) == 1 {
-			if done[0].Retention != 25*time.Minute {
-				t.Fatalf("completed task kept for %v; the policy says 25m", done[0].Retention)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no completed task within 10s (%v, %d)\n%s", err, len(done), out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestDemoRuns: the demo says at once that it starts, reaches the fake
 // API, and exits 0 with its summary (3 s: all within the time it gives the
 // fleet to learn the API's limit).
@@ -185,41 +67,63 @@ func TestDemoRuns(t *testing.T) {
 	}
 }
 
-// TestJobTally: of the jobs running when the worker is told to stop, one
-// that finishes counts as finished, one cut short by the shutdown timeout
-// as returned to the queue; jobs before the stop count only in the total.
-func TestJobTally(t *testing.T) {
-	var tally jobTally
-	release := make(chan struct{})
-	h := tally.wrap(queue.HandlerFunc(func(ctx context.Context, j *queue.Job) error {
-		if j.Type == "quick" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-release:
-			return nil
-		}
-	}))
-	if err := h.ProcessJob(context.Background(), &queue.Job{Type: "quick"}); err != nil {
+// TestWorkerNeedsRedis: without -redis the worker exits 2 with the
+// enqueue CLI's message, not starting an embedded Redis (queue/worker's
+// TestEmbeddedRedisWarns runs one with -redis embedded).
+func TestWorkerNeedsRedis(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cut, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	go func() { h.ProcessJob(cut, &queue.Job{Type: "slow"}); done <- struct{}{} }()
-	go func() { h.ProcessJob(context.Background(), &queue.Job{Type: "slow"}); done <- struct{}{} }()
-	for tally.running.Load() < 2 {
-		time.Sleep(time.Millisecond)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a worker that starts anyway stops
+	defer cancel()
+	code := Main(ctx, []string{"-policy", policy, "-redis", "", "-redis-cluster", "", "-listen", "127.0.0.1:0"}, io.Discard, &out)
+	if code != 2 || !strings.Contains(out.String(), redisconn.NotConfigured) || !strings.Contains(out.String(), "-redis embedded") {
+		t.Fatalf("exit %d, stderr %q; want 2 and %q", code, out.String(), redisconn.NotConfigured)
 	}
-	if n := tally.stop(); n != 2 {
-		t.Fatalf("running at stop: %d, want 2", n)
+}
+
+// TestWorkerEvictingRedisExits: a Redis with maxmemory and allkeys-lru
+// stops the worker at start with exit 1, naming the policy and the flag.
+func TestWorkerEvictingRedisExits(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	cancel()
-	<-done
-	close(release)
-	<-done
-	if f, r := tally.afterStop(); f != 1 || r != 1 || tally.total.Load() != 3 {
-		t.Fatalf("finished %d, returned %d, total %d; want 1, 1, 3", f, r, tally.total.Load())
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code := Main(ctx, []string{"-policy", policy, "-redis", "redis://" + srv.Addr() + "/0", "-listen", "127.0.0.1:0"}, io.Discard, &out)
+	if code != 1 || !strings.Contains(out.String(), "maxmemory-policy allkeys-lru") || !strings.Contains(out.String(), "-allow-evicting-redis") {
+		t.Fatalf("exit %d, stderr %q; want 1 naming the policy and the flag", code, out.String())
+	}
+}
+
+// TestRedisDownSaysItFirst: with Redis unreachable the worker's first
+// line on standard error is its own error, not go-redis's "failed to
+// dial" lines (issue 19, finding 12). go-redis writes to the process's
+// standard error, not to Main's writer, so the worker runs in a child
+// process of this test.
+func TestRedisDownSaysItFirst(t *testing.T) {
+	if args := os.Getenv("SLUICE_TEST_WORKER_ARGS"); args != "" {
+		os.Exit(Main(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-policy", policy, "-redis", "redis://" + freeAddr(t) + "/0", "-listen", freeAddr(t)}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRedisDownSaysItFirst$")
+	cmd.Env = append(os.Environ(), "SLUICE_TEST_WORKER_ARGS="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("%v; want exit 1\n%s", err, stderr.String())
+	}
+	if !strings.HasPrefix(stderr.String(), "sluice worker: connecting to Redis: ") || strings.Contains(stderr.String(), "failed to dial") {
+		t.Errorf("standard error\n%s\nwant the worker's own error first and no go-redis lines", stderr.String())
 	}
 }

@@ -43,7 +43,7 @@ func TestHTTPJobURLErrorQuotesNoURL(t *testing.T) {
 // or a header that net/http would refuse, fails without a call and
 // without the header's name or value in the error (issue 19, finding 6);
 // CheckRequest agrees. (The worker archives such a job at once:
-// workercmd's TestWorkerArchivesUnsendableJobs.)
+// queue/worker's TestWorkerArchivesUnsendableJobs.)
 func TestHTTPJobRefusesWhatCannotBeSent(t *testing.T) {
 	var calls atomic.Int64
 	api := httptestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))

@@ -1,13 +1,15 @@
-package workercmd
+package worker
 
 import (
 	"bytes"
 	"context"
-	"io"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,23 +25,26 @@ import (
 	"github.com/sluicehq/sluice/queue/policy"
 )
 
-// runWorker runs Main with args plus -policy and -listen, and stops it
-// when the test ends, requiring exit 0. It returns the listen address.
+// runWorker runs a worker configured by the worker command's flags args
+// plus -policy, on a loopback listener of its own, logging to out, and
+// stops it when the test ends, requiring Run to return nil. It returns
+// the listen address.
 func runWorker(t *testing.T, policy string, args ...string) (addr string, out *syncBuffer) {
 	t.Helper()
-	addr = freeAddr(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	cfg := flagConfig(t, append([]string{"-policy", policy}, args...)...)
+	cfg.Listener = ln
 	out = &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- Main(ctx, append([]string{"-policy", policy, "-listen", addr}, args...), io.Discard, out)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("exit %d\n%s", code, out.String())
-		}
-	})
+	cfg.Logger = slog.New(slog.NewTextHandler(out, nil))
+	w, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runUntilCleanup(t, w, out)
 	waitUntil(t, 10*time.Second, "the worker to serve /healthz", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err != nil {
@@ -49,6 +54,38 @@ func runWorker(t *testing.T, policy string, args ...string) (addr string, out *s
 		return resp.StatusCode == http.StatusOK
 	})
 	return addr, out
+}
+
+// flagConfig returns the Config of the worker command's flags args, the
+// environment left out.
+func flagConfig(t *testing.T, args ...string) *Config {
+	t.Helper()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	f := NewFlags(fs, nil)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// runUntilCleanup runs w until the test ends, then stops it and
+// requires Run to return nil; log is what the test shows when it does
+// not.
+func runUntilCleanup(t *testing.T, w *Worker, log fmt.Stringer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v\n%s", err, log.String())
+		}
+	})
 }
 
 // waitUntil polls cond every 20 ms until it holds, failing the test
@@ -137,32 +174,5 @@ func TestWorkerArchivesUnsendableJobs(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Errorf("%d calls reached the downstream", n)
-	}
-}
-
-// TestRedisDownSaysItFirst: with Redis unreachable the worker's first
-// line on standard error is its own error, not go-redis's "failed to
-// dial" lines (issue 19, finding 12). go-redis writes to the process's
-// standard error, not to Main's writer, so the worker runs in a child
-// process of this test.
-func TestRedisDownSaysItFirst(t *testing.T) {
-	if args := os.Getenv("SLUICE_TEST_WORKER_ARGS"); args != "" {
-		os.Exit(Main(context.Background(), strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
-	}
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("queue:\n  bound: 10\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"-policy", policy, "-redis", "redis://" + freeAddr(t) + "/0", "-listen", freeAddr(t)}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRedisDownSaysItFirst$")
-	cmd.Env = append(os.Environ(), "SLUICE_TEST_WORKER_ARGS="+strings.Join(args, "\x1f"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
-		t.Fatalf("%v; want exit 1\n%s", err, stderr.String())
-	}
-	if !strings.HasPrefix(stderr.String(), "sluice worker: connecting to Redis: ") || strings.Contains(stderr.String(), "failed to dial") {
-		t.Errorf("standard error\n%s\nwant the worker's own error first and no go-redis lines", stderr.String())
 	}
 }

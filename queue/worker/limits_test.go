@@ -1,8 +1,7 @@
-package workercmd
+package worker
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,15 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/queue/policy"
 )
 
 // startLimitedWorker runs a worker on miniredis with the given server
@@ -30,25 +27,18 @@ func startLimitedWorker(t *testing.T, lim serverLimits) string {
 	if err := os.WriteFile(file, []byte("queue:\n  name: slow\n  bound: 10\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := policy.Load(file)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{listen: "127.0.0.1:0", concurrency: 1, shutdown: time.Second, monitorReadOnly: true, limits: lim}
-	w, err := newWorker(redistest.Mini(t), cfg, o, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	w, err := New(&Config{PolicyFile: file, Redis: redistest.Mini(t), Listener: ln, Concurrency: 1, ShutdownTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return w.ln.Addr().String()
+	w.limits = lim
+	runUntilCleanup(t, w, new(strings.Builder))
+	return ln.Addr().String()
 }
 
 // closedWithin reads c until the server closes it and reports how long
@@ -255,7 +245,7 @@ func TestHealthzUnderSlowloris(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	waitFor(t, 10*time.Second, "the slow connections to open", func() bool { return opened.Load() >= slow })
+	waitUntil(t, 10*time.Second, "the slow connections to open", func() bool { return opened.Load() >= slow })
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for i := range 5 {
 		start := time.Now()
@@ -269,17 +259,5 @@ func TestHealthzUnderSlowloris(t *testing.T) {
 			t.Fatalf("GET /healthz #%d: %d", i, resp.StatusCode)
 		}
 		t.Logf("GET /healthz #%d with %d slow connections: %v", i, slow, time.Since(start).Round(time.Millisecond))
-	}
-}
-
-// waitFor polls cond every 10 ms until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

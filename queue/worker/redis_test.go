@@ -1,9 +1,10 @@
-package workercmd
+package worker
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/queue"
 )
 
 // plainPolicy writes a policy file of a queue without downstreams.
@@ -36,17 +38,13 @@ func metrics(t *testing.T, addr string) string {
 	return string(b)
 }
 
-// TestWorkerNeedsRedis: without -redis the worker exits 2 with the
-// enqueue CLI's message, not starting an embedded Redis; -redis embedded
-// starts one, and says what it costs.
-func TestWorkerNeedsRedis(t *testing.T) {
+// TestEmbeddedRedisWarns: RedisURL "embedded" (-redis embedded) starts
+// an in-memory Redis and says what it costs; a Config with no Redis is
+// refused with ErrNoRedis instead of starting one.
+func TestEmbeddedRedisWarns(t *testing.T) {
 	policy := plainPolicy(t)
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a worker that starts anyway stops
-	defer cancel()
-	code := Main(ctx, []string{"-policy", policy, "-redis", "", "-redis-cluster", "", "-listen", "127.0.0.1:0"}, io.Discard, &out)
-	if code != 2 || !strings.Contains(out.String(), redisconn.NotConfigured) || !strings.Contains(out.String(), "-redis embedded") {
-		t.Fatalf("exit %d, stderr %q; want 2 and %q", code, out.String(), redisconn.NotConfigured)
+	if _, err := New(&Config{PolicyFile: policy}); !errors.Is(err, ErrNoRedis) || !errors.Is(err, ErrConfig) {
+		t.Fatalf("no Redis: %v; want ErrNoRedis", err)
 	}
 	addr, log := runWorker(t, policy, "-redis", "embedded")
 	if !strings.Contains(log.String(), "WARNING: started an embedded Redis") || !strings.Contains(log.String(), "lost when the worker exits") {
@@ -58,18 +56,22 @@ func TestWorkerNeedsRedis(t *testing.T) {
 }
 
 // TestWorkerEvictingRedis: a Redis with maxmemory and allkeys-lru stops
-// the worker at start (exit 1, naming the policy and the flag);
-// -allow-evicting-redis runs it with a warning and the gauge at 1.
+// the worker at start (a *queue.RedisEvictsError naming the setting that
+// runs anyway); AllowEvictingRedis runs it with a warning and the gauge
+// at 1.
 func TestWorkerEvictingRedis(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
 	policy := plainPolicy(t)
 	url := "redis://" + srv.Addr() + "/0"
-	var out bytes.Buffer
+	w, err := New(&Config{PolicyFile: policy, RedisURL: url, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	code := Main(ctx, []string{"-policy", policy, "-redis", url, "-listen", "127.0.0.1:0"}, io.Discard, &out)
-	if code != 1 || !strings.Contains(out.String(), "maxmemory-policy allkeys-lru") || !strings.Contains(out.String(), "-allow-evicting-redis") {
-		t.Fatalf("exit %d, stderr %q; want 1 naming the policy and the flag", code, out.String())
+	var evicts *queue.RedisEvictsError
+	if err := w.Run(ctx); !errors.As(err, &evicts) || evicts.Policy != "allkeys-lru" || !strings.Contains(err.Error(), "AllowEvictingRedis") {
+		t.Fatalf("Run: %v; want a *queue.RedisEvictsError naming AllowEvictingRedis", err)
 	}
 	addr, log := runWorker(t, policy, "-redis", url, "-allow-evicting-redis")
 	if !strings.Contains(log.String(), "WARNING: Redis at "+srv.Addr()+" has maxmemory-policy allkeys-lru") {

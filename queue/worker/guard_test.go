@@ -1,6 +1,8 @@
-package workercmd
+package worker
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +23,7 @@ func TestHostGuard(t *testing.T) {
 	loop := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9090}
 	any4 := &net.TCPAddr{IP: net.IPv4zero, Port: 9090}
 	lan := &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 9090}
-	extra, err := parseAllowedHosts(" Sluice.Internal , proxy.example:8443,[fd00::5],")
+	extra, err := allowedHosts([]string{" Sluice.Internal ", "proxy.example:8443", "[fd00::5]", ""})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,14 +91,22 @@ func TestHostGuard(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"http://a.com", "a.com/x", "u@a.com", "a.com:"} {
-		if _, err := parseAllowedHosts(bad); err == nil {
-			t.Errorf("-allowed-hosts %q accepted", bad)
+		if _, err := allowedHosts([]string{bad}); err == nil {
+			t.Errorf("AllowedHosts %q accepted", bad)
+		}
+		if _, err := New(&Config{PolicyFile: plainPolicy(t), RedisURL: "embedded", AllowedHosts: []string{bad}}); !errors.Is(err, ErrConfig) {
+			t.Errorf("New with AllowedHosts %q: %v, want ErrConfig", bad, err)
 		}
 	}
-	t.Setenv("SLUICE_ALLOWED_HOSTS", "a.example,b.example:1")
-	o, err := parseFlags([]string{"-policy", "p.yaml"}, io.Discard)
-	if err != nil || strings.Join(o.hosts, " ") != "a.example b.example:1" {
-		t.Errorf("SLUICE_ALLOWED_HOSTS: %q, %v", o.hosts, err)
+	env := map[string]string{"SLUICE_ALLOWED_HOSTS": "a.example, B.example:1"}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	f := NewFlags(fs, func(k string) string { return env[k] })
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.Config()
+	if err != nil || strings.Join(cfg.AllowedHosts, " ") != "a.example b.example:1" {
+		t.Errorf("SLUICE_ALLOWED_HOSTS: %v", err)
 	}
 }
 

@@ -1,9 +1,8 @@
-package workercmd
+package worker
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -63,6 +61,23 @@ func writePolicy(t *testing.T, text string) (string, *policy.Config) {
 	return path, cfg
 }
 
+// startedWorker returns a worker on client with the page's limits lim,
+// started (Redis checked, everything made) but not serving, and closed
+// when the test ends.
+func startedWorker(t *testing.T, cfg *policy.Config, client redis.UniversalClient, lim pageLimits) *Worker {
+	t.Helper()
+	w, err := New(&Config{Policy: cfg, Redis: client, Listen: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.page = lim
+	if err := w.start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.close)
+	return w
+}
+
 // commandCounter counts the commands a client sends, pipelined or not,
 // but a new connection's handshake (HELLO, CLIENT SETINFO); and among
 // them those whose number depends on what Backlogs meets: the SSCANs (as
@@ -103,14 +118,7 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 	client.AddHook(&count)
 	_, cfg := writePolicy(t, strings.Replace(pagePolicy, "BASE", "http://127.0.0.1:9", 1))
 	lim := pageLimits{Top: 5, Look: 100, Sleepers: 5}
-	w, err := newWorker(client, cfg, options{listen: "127.0.0.1:0", page: lim}, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.ln.Close()
-		w.th.Close()
-	})
+	w := startedWorker(t, cfg, client, lim)
 	qc := cfg.QueueConfig()
 	p, err := queue.NewProducer(client, &qc)
 	if err != nil {
@@ -121,7 +129,7 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 		t.Helper()
 		rec := httptest.NewRecorder()
 		n, v := count.n.Load(), count.varying.Load()
-		w.page(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		w.servePage(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET /: %d", rec.Code)
 		}
@@ -353,17 +361,10 @@ func TestPageBoundsDownstreams(t *testing.T) {
 	}
 	_, cfg := writePolicy(t, b.String())
 	lim := pageLimits{Top: 5, Look: 100, Sleepers: 5, Downstreams: 10}
-	w, err := newWorker(client, cfg, options{listen: "127.0.0.1:0", page: lim}, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		w.ln.Close()
-		w.th.Close()
-	})
+	w := startedWorker(t, cfg, client, lim)
 	rec := httptest.NewRecorder()
 	before := count.n.Load()
-	w.page(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	w.servePage(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	n := count.n.Load() - before
 	body := rec.Body.String()
 	if rec.Code != http.StatusOK {

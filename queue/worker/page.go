@@ -1,4 +1,4 @@
-package workercmd
+package worker
 
 import (
 	"cmp"
@@ -84,11 +84,11 @@ type pageView struct {
 	Err               string
 }
 
-// page answers GET /.
-func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
+// servePage answers GET /.
+func (w *Worker) servePage(rw http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	v := w.pageView(ctx, cmp.Or(w.o.page, defaultPageLimits))
+	v := w.pageView(ctx, w.page)
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	rw.Header().Set("Cache-Control", "no-store")
 	if err := pageTmpl.Execute(rw, v); err != nil {
@@ -100,14 +100,14 @@ func (w *worker) page(rw http.ResponseWriter, r *http.Request) {
 // each of the first lim.Downstreams downstreams by name, the waiting
 // room's counters, at most lim.Sleepers asleep tenants and the largest
 // backlogs of at most lim.Look tenants.
-func (w *worker) pageView(ctx context.Context, lim pageLimits) pageView {
-	v := pageView{Queue: w.cfg.Queue.Name, Monitoring: "/monitoring/queues/" + w.cfg.Queue.Name, Refresh: pageRefresh,
-		Now: time.Now(), Bound: w.cfg.Queue.Bound}
+func (w *Worker) pageView(ctx context.Context, lim pageLimits) pageView {
+	v := pageView{Queue: w.policy.Queue.Name, Monitoring: "/monitoring/queues/" + w.policy.Queue.Name, Refresh: pageRefresh,
+		Now: time.Now(), Bound: w.policy.Queue.Bound}
 	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
 	shown := w.downstreams[:min(len(w.downstreams), cmp.Or(lim.Downstreams, defaultPageLimits.Downstreams))]
 	v.MoreDownstreams = len(w.downstreams) - len(shown)
 	for _, name := range shown {
-		d := w.cfg.Downstreams[name]
+		d := w.policy.Downstreams[name]
 		rates := []string{throttle.Rate{Rate: d.Limit.Rate, Per: d.Limit.Per, Burst: d.Limit.Burst}.String()}
 		for _, a := range d.Limit.Also {
 			rates = append(rates, a.String())
@@ -183,7 +183,7 @@ func (c *callCounts) lastMinute(all, refused map[string]float64) (map[string]flo
 // responsesByDownstream returns, per downstream, the responses this
 // process has seen since it started, and those with status 429, from its
 // own sluice_downstream_responses_total.
-func (w *worker) responsesByDownstream() (all, refused map[string]float64) {
+func (w *Worker) responsesByDownstream() (all, refused map[string]float64) {
 	all, refused = map[string]float64{}, map[string]float64{}
 	mfs, err := w.reg.Gather()
 	if err != nil {

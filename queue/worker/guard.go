@@ -1,4 +1,4 @@
-package workercmd
+package worker
 
 import (
 	"fmt"
@@ -19,8 +19,8 @@ type hostGuard struct {
 }
 
 // newHostGuard returns the guard of a worker that was told to listen on
-// listen, listens on addr, and was given the -allowed-hosts entries extra
-// (parseAllowedHosts). It answers to listen and addr, to localhost,
+// listen, listens on addr, and was given the AllowedHosts entries extra
+// (allowedHosts). It answers to listen and addr, to localhost,
 // 127.0.0.1 and [::1] on addr's port when addr is loopback or every
 // address, and to extra: "name" for any port, "name:port" for that port.
 func newHostGuard(listen string, addr net.Addr, extra []string, next http.Handler) *hostGuard {
@@ -47,17 +47,17 @@ func newHostGuard(listen string, addr net.Addr, extra []string, next http.Handle
 	return g
 }
 
-// parseAllowedHosts splits the -allowed-hosts flag: comma-separated host
-// names or host:port, in lower case.
-func parseAllowedHosts(s string) ([]string, error) {
+// allowedHosts checks Config.AllowedHosts and returns its entries, host
+// names or host:port, trimmed and in lower case.
+func allowedHosts(list []string) ([]string, error) {
 	var hosts []string
-	for _, e := range strings.Split(s, ",") {
+	for _, e := range list {
 		e = strings.ToLower(strings.TrimSpace(e))
 		if e == "" {
 			continue
 		}
 		if strings.ContainsAny(e, "/@?# ") || strings.HasSuffix(e, ":") {
-			return nil, fmt.Errorf("-allowed-hosts: %.64q is not a host name or host:port", e)
+			return nil, fmt.Errorf("AllowedHosts (-allowed-hosts): %.64q is not a host name or host:port", e)
 		}
 		hosts = append(hosts, e)
 	}

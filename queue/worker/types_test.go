@@ -1,7 +1,6 @@
-package workercmd
+package worker
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -36,19 +35,7 @@ func TestDeadLettersSurviveAJunkFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, _ := runWorker(t, file, "-redis", "redis://"+srv.Addr()+"/0")
-	post := func(body string) (int, queue.EnqueueResponse) {
-		t.Helper()
-		resp, err := http.Post("http://"+addr+"/enqueue", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var r queue.EnqueueResponse
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, r
-	}
+	post := func(body string) (int, queue.EnqueueResponse) { return postJob(t, addr, body) }
 	for i := range 5 {
 		body := fmt.Sprintf(`{"tenant":"real","type":"sluice.http","downstream":"api","id":"real-%d","max_retry":-1,"payload":{"url":"%s/x"}}`, i, api.URL)
 		if code, r := post(body); code != http.StatusAccepted {
