@@ -28,9 +28,6 @@ type Flags struct {
 	// CAFile is a PEM file of the certificate authorities to trust for
 	// rediss:// instead of the system's.
 	CAFile string
-	// PoolSize is the client's connection pool, per node; 0: go-redis's
-	// default (10 per CPU). A URL's pool_size parameter wins.
-	PoolSize int
 }
 
 // NotConfigured is what the worker and the enqueue CLI say when no Redis
@@ -64,7 +61,7 @@ func (f Flags) Client() (redis.UniversalClient, error) {
 		o.TLSConfig.RootCAs = pool
 	}
 	if f.Cluster != "" {
-		opts := &redis.ClusterOptions{Addrs: strings.FieldsFunc(f.Cluster, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }), PoolSize: f.PoolSize}
+		opts := &redis.ClusterOptions{Addrs: strings.FieldsFunc(f.Cluster, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
 		if len(opts.Addrs) == 0 {
 			return nil, errors.New("-redis-cluster: no address")
 		}
@@ -75,9 +72,6 @@ func (f Flags) Client() (redis.UniversalClient, error) {
 	}
 	if o == nil {
 		return nil, errors.New("no Redis: set -redis or -redis-cluster")
-	}
-	if o.PoolSize == 0 { // a URL's pool_size wins
-		o.PoolSize = f.PoolSize
 	}
 	return redis.NewClient(o), nil
 }

@@ -32,12 +32,7 @@ func (w *Worker) connect(ctx context.Context) (c redis.UniversalClient, closer f
 		w.log.Warn(redisconn.EmbeddedWarning(e.Options().Addr))
 		return e, stop, true, nil
 	} else {
-		// Each running job may hold a connection (its reservation, its
-		// lease), beside asynq's loops and one dispatcher a shard:
-		// go-redis's default of 10 per CPU made jobs queue for
-		// connections on a 2-CPU host at 32 jobs a process.
-		f := redisconn.Flags{URL: w.cfg.RedisURL, Cluster: w.cfg.RedisCluster, CAFile: w.cfg.RedisCAFile,
-			PoolSize: 2*w.cfg.Concurrency + 20}
+		f := redisconn.Flags{URL: w.cfg.RedisURL, Cluster: w.cfg.RedisCluster, CAFile: w.cfg.RedisCAFile}
 		if c, err = f.Client(); err != nil {
 			return nil, nil, false, err
 		}
