@@ -217,13 +217,6 @@ type Options struct {
 	// lease releases by other processes, and wakes this process's waiters
 	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
-	// Pairs, when true, lets Reserve and Wait book two slots of a busy key
-	// in one step and keep the second for the key's next call in this
-	// process: half the Redis work. A kept slot that no call takes in time
-	// stays a gap (counted as late); Cancel gives back neither slot of a
-	// pair. docs/throttle.md (Two slots a booking) says which keys pair.
-	// Default off in the library; cmd/worker turns it on.
-	Pairs bool
 }
 
 // Throttle paces calls per key across every process that shares its
@@ -237,7 +230,6 @@ type Throttle struct {
 	local      *localBuckets // nil: fail closed
 	pauses     *pauseBoard
 	releases   *releaseLine
-	pairs      *pairs           // nil: book one call at a time
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
@@ -266,9 +258,6 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	}
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
-	}
-	if opts.Pairs {
-		t.pairs = &pairs{}
 	}
 	if opts.Fallback > 0 {
 		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
@@ -344,8 +333,6 @@ type Reservation struct {
 	n       int64
 	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
 	queued  bool  // booked on Redis: tats are set
-	paired  bool  // booked with another slot (Options.Pairs): not cancellable
-	ahead   int64 // units booked after this slot in the same step
 	booked  time.Time
 	compile compiled
 	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
@@ -364,9 +351,8 @@ func (r Reservation) before(end int64) bool {
 	if len(c.also) > 0 {
 		return r.slot < end
 	}
-	// ceil(a + (f - (burst+ahead)*pr)/rl) < end  <=>
-	// a + (f - (burst+ahead)*pr)/rl <= end-1
-	return (x.a-end+1)*c.rl+x.f-(c.burst+r.ahead)*x.pr <= 0
+	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
+	return (x.a-end+1)*c.rl+x.f-c.burst*x.pr <= 0
 }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
@@ -421,25 +407,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	pair := false
-	if book && t.pairs != nil && len(c.also) == 0 && c.maxWait > 0 {
-		r, kept, want := t.pairs.call(key, c, n, t.hostNow(), t.metrics)
-		if kept {
-			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
-			return r, nil
-		}
-		pair = want
-	}
-	cost := n
-	if pair {
-		cost = 2 * n
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(cost, book, t.now())...).Int64Slice()
-	if pair && err == nil && len(v) > 0 && v[0] != 1 {
-		// The second slot is beyond MaxWait: book the call alone.
-		pair = false
-		v, err = scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
-	}
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -480,20 +448,6 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		r.Delay = 0
 		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
 	}
-	if book && r.OK && t.pairs != nil {
-		step := time.Duration(r.tats[0].pr/c.rl) * time.Microsecond // a unit's paced interval, rounded down
-		var spare *Reservation
-		if pair {
-			// The reply's slot is the second call's; the first's is n
-			// paced intervals earlier (never before now), rounded to be
-			// late, not early.
-			spare = &Reservation{}
-			*spare = r
-			r.paired, spare.paired, r.ahead = true, true, n
-			r.Delay = max(r.Delay-time.Duration(n*r.tats[0].pr/c.rl)*time.Microsecond, 0)
-		}
-		t.pairs.booked(key, r.Delay, step, spare)
-	}
 	if book {
 		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
 		t.metrics.rate.WithLabelValues(c.name).Set(c.perSecond(r.Share))
@@ -516,7 +470,7 @@ func (c compiled) reserveArgs(n int64, book bool, now string) []any {
 // whether the slot came back: only while no later reservation has been
 // made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
-	if !r.OK || r.Local || r.key == "" || r.paired {
+	if !r.OK || r.Local || r.key == "" {
 		return false, nil
 	}
 	k, err := t.rateKey(r.key)

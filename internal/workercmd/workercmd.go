@@ -183,7 +183,7 @@ func newWorker(client redis.UniversalClient, cfg *policy.Config, o options, log 
 	if err != nil {
 		return nil, err
 	}
-	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.fallback, Metrics: thMetrics, Logger: log, Subscribe: true, Pairs: true})
+	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.fallback, Metrics: thMetrics, Logger: log, Subscribe: true})
 	if err != nil {
 		return nil, err
 	}
