@@ -35,6 +35,10 @@ const (
 	// DefaultMaxWait is the longest a reserved slot may be away when
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
+	// DefaultGuard is Limit.Guard when it is zero: enough for the few to
+	// tens of milliseconds by which a burst's calls, sent in a rush,
+	// reach the API later than the paced calls after them.
+	DefaultGuard = 100 * time.Millisecond
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -47,10 +51,21 @@ type Limit struct {
 	Rate int64
 	// Per is the period of Rate; default one second.
 	Per time.Duration
-	// Burst is how many units may start at once after an idle spell. The
-	// default, 1, spaces every call evenly; larger values behave as a
-	// token bucket of that size.
+	// Burst is how many units may start at once after an idle spell: an
+	// API's documented bucket size (Shopify's 40). The default, 1, spaces
+	// every call evenly; larger values behave as a token bucket of that
+	// size.
 	Burst int64
+	// Guard is the margin a bucket of Burst > 1 leaves the API at its
+	// edge: a call that must wait for room starts Guard later than the
+	// bucket alone would allow, and so does every call from the booking
+	// that leaves the bucket within Guard of full until the bucket has
+	// been empty for Guard. A burst whose calls reached the API a little
+	// late then cannot make the paced calls after it overflow the API's
+	// bucket. The pace and the burst after an idle spell are unchanged.
+	// At most half of one unit's interval is used. Default DefaultGuard;
+	// negative means none. It applies to the buckets of Also as well.
+	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Default DefaultMaxWait; negative means only
 	// a slot that is due now.
@@ -148,6 +163,7 @@ type compiled struct {
 	bucket
 	name    string
 	maxWait int64 // µs
+	guard   int64 // µs, before the cap of half an interval
 	also    []bucket
 }
 
@@ -159,7 +175,8 @@ func (l Limit) compile() (compiled, error) {
 	if len(l.Also) > MaxAlso {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
-	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond)}
+	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond),
+		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond)}
 	for i, r := range l.Also {
 		b, err := r.compile()
 		if err != nil {
@@ -260,7 +277,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
 	}
 	if opts.Fallback > 0 {
-		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
+		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]localTAT)}
 	}
 	if opts.Subscribe {
 		t.leasePoll, t.subscribed = time.Second, true
@@ -335,25 +352,16 @@ type Reservation struct {
 	queued  bool  // booked on Redis: tats are set
 	booked  time.Time
 	compile compiled
-	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
+	slot    int64 // the slot, in µs on the scripts' clock
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
 // interval's numerator pr it was paced at.
 type tat struct{ a, f, pr int64 }
 
-// before reports whether r's slot comes before end, in µs on the scripts'
-// clock; r must be queued. The slot is Burst intervals before the TAT r
-// left, rounded up to a µs (docs/throttle.md, Pauses, says why that is
-// exact for a pause's end). With Limit.Also the reply gave the slot.
-func (r Reservation) before(end int64) bool {
-	c, x := r.compile, r.tats[0]
-	if len(c.also) > 0 {
-		return r.slot < end
-	}
-	// ceil(a + (f - burst*pr)/rl) < end  <=>  a + (f - burst*pr)/rl <= end-1
-	return (x.a-end+1)*c.rl+x.f-c.burst*x.pr <= 0
-}
+// before reports whether r's slot, as the reserve script decided it,
+// comes before end, in µs on the scripts' clock; r must be queued.
+func (r Reservation) before(end int64) bool { return r.slot < end }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
 // host's clock. A slot booked on Redis is void if it comes before the
@@ -423,10 +431,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		return Reservation{}, callErr("reserve", err)
 	}
-	want := 9 // the Limit's own bucket; with Also, the slot and 3 values a bucket
-	if len(c.also) > 0 {
-		want = 10 + 3*len(c.also)
-	}
+	want := 10 + 3*len(c.also) // the Limit's own bucket and the slot; 3 values a further bucket
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
@@ -436,13 +441,10 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
 		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6]}}, booked: booked, compile: c,
-		queued: book && v[0] == 1,
+		queued: book && v[0] == 1, slot: v[9],
 	}
-	if len(c.also) > 0 {
-		r.slot = v[9]
-		for i := 10; i < len(v); i += 3 {
-			r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
-		}
+	for i := 10; i < len(v); i += 3 {
+		r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
 	}
 	if !r.OK {
 		r.Delay = 0
@@ -459,7 +461,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
-	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now}
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard}
 	for _, b := range c.also {
 		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
