@@ -62,8 +62,10 @@ func ExampleThrottle_Reserve() {
 }
 
 // Wait books a slot and sleeps until it. With a Burst of 2 the first two
-// calls go at once; the third would have to wait 100ms, more than its
-// MaxWait, so Wait returns a *TooFarError at once instead of sleeping.
+// calls go at once; the third would have to wait one interval (100ms)
+// and the guard the full bucket now keeps (Limit.Guard, at most half an
+// interval: 50ms), more than its MaxWait, so Wait returns a *TooFarError
+// at once instead of sleeping.
 func ExampleThrottle_Wait() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -91,14 +93,16 @@ func ExampleThrottle_Wait() {
 	// Output:
 	// call 1: go
 	// call 2: go
-	// call 3: too far, retry after 80ms
+	// call 3: too far, retry after 130ms
 }
 
 // After a 429 with "Retry-After: 30", Pause stops every worker that shares
 // the Redis from calling the key for 30 seconds. When the pause ends (on
 // the clock the example sets by hand), calls resume one interval apart
 // rather than all at once, even with a Burst: Wait sleeps each caller
-// until its slot, the first not at all.
+// until its slot, the first not at all. A call that has to wait for room,
+// and the calls after the one that fills the bucket, keep its guard
+// (Limit.Guard: 50ms here).
 func ExampleThrottle_Pause() {
 	rdb, stop := exampleRedis()
 	defer stop()
@@ -133,8 +137,8 @@ func ExampleThrottle_Pause() {
 	}
 	// Output:
 	// paused for 30s
-	// during the pause: paused 30s more, retry after 29s
+	// during the pause: paused 30s more, retry after 29.05s
 	// after the pause: slot in 0s
-	// after the pause: slot in 100ms
-	// after the pause: slot in 200ms
+	// after the pause: slot in 150ms
+	// after the pause: slot in 250ms
 }

@@ -97,6 +97,63 @@ func TestFleetScheduleNeverExceedsQuota(t *testing.T) {
 	})
 }
 
+// TestFleetScheduleKeepsABurstyQuota: as TestFleetScheduleNeverExceedsQuota
+// with a burst (and so the guard): the slots booked by many processes
+// and goroutines, in batches at random times with idle spells between
+// some, never overflow the API's leaky bucket of the same rate and size,
+// and no window of the period holds more than Rate + Burst - 1 units.
+func TestFleetScheduleKeepsABurstyQuota(t *testing.T) {
+	forEachRealTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		prefix := redistest.KeyPrefix(t) + "th"
+		var fleet []*Throttle
+		for range 3 {
+			fleet = append(fleet, newThrottle(t, client, clock.Now, &Options{Prefix: prefix}))
+		}
+		lim := Limit{Rate: 100, Per: time.Second, Burst: 20, MaxWait: 300 * ms}
+		rng := rand.New(rand.NewPCG(4, 7))
+		var (
+			mu    sync.Mutex
+			slots []time.Duration
+		)
+		ctx := context.Background()
+		var at time.Duration
+		for range 60 {
+			at += time.Duration(rng.Int64N(int64(400 * ms))).Truncate(time.Microsecond) // the scripts count whole µs
+			clock.Set(at)
+			var wg sync.WaitGroup
+			for g := range 1 + rng.IntN(30) {
+				wg.Go(func() {
+					r, err := fleet[g%len(fleet)].Reserve(ctx, "api", lim, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.OK {
+						mu.Lock()
+						slots = append(slots, at+r.Delay)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if len(slots) < 300 {
+			t.Fatalf("only %d slots booked", len(slots))
+		}
+		if got := (&apiBucket{size: 20, interval: 10 * ms}).refusals(slots); len(got) > 0 {
+			t.Fatalf("the API's bucket of 20 at 100/s refuses %d of %d slots", len(got), len(slots))
+		}
+		times := make([]time.Time, len(slots))
+		for i, s := range slots {
+			times[i] = base.Add(s)
+		}
+		if got := maxIn(times, time.Second); got > 119 {
+			t.Fatalf("%d slots in one second; at most 119 (100 and a burst of 20)", got)
+		}
+	})
+}
+
 // TestWaitNeverEarlyWhateverTheHostClock: processes whose clocks are a
 // minute ahead and a minute behind share one key. Each call starts no
 // earlier than its slot, and its deadline is the slot's delay counted on

@@ -108,9 +108,6 @@ func (t *Throttle) Acquire(ctx context.Context, key string, c Concurrency) (*Lea
 		return nil, err
 	}
 	l := &Lease{t: t, name: key, key: k, id: rand.Text(), c: c, life: int64((c.Lease + time.Microsecond - 1) / time.Microsecond)}
-	if t.pairs != nil {
-		t.pairs.leased(key, t.hostNow())
-	}
 	if err := l.run(ctx, false); err != nil {
 		return nil, err
 	}

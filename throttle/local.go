@@ -11,8 +11,16 @@ import (
 type localBuckets struct {
 	share float64
 	mu    sync.Mutex
-	tats  map[string]time.Time // when each key's bucket would next be empty
+	tats  map[string]localTAT
 	ops   int
+}
+
+// localTAT is one key's bucket: when it would next be empty, and whether
+// it is guarded (Limit.Guard) until guardEnd.
+type localTAT struct {
+	tat      time.Time
+	guarded  bool
+	guardEnd time.Time // tat plus the guard
 }
 
 // reserve books n units of key (or, unless book, says what it would book)
@@ -22,7 +30,13 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, 
 	defer l.mu.Unlock()
 	l.sweep(now)
 	iv := time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
-	tat := l.tats[key]
+	var guard time.Duration // as in throttle_reserve.lua: none for a burst of 1, at most half an interval
+	if c.burst > 1 {
+		guard = min(time.Duration(c.guard)*time.Microsecond, iv/2)
+	}
+	st := l.tats[key]
+	guarded := guard > 0 && st.guarded && st.tat.Add(guard).After(now)
+	tat := st.tat
 	if tat.Before(now) {
 		tat = now
 	}
@@ -34,14 +48,23 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, 
 		}
 	}
 	next := tat.Add(time.Duration(n) * iv)
-	delay := max(next.Add(-time.Duration(c.burst)*iv).Sub(now), 0)
+	early := next.Add(-time.Duration(c.burst) * iv).Sub(now)
+	if guard > 0 && early > 0 {
+		guarded = true // a call that must wait for room
+	}
+	if guarded {
+		early += guard
+	}
+	delay := max(early, 0)
 	if maxWait := time.Duration(c.maxWait) * time.Microsecond; delay > maxWait {
 		r.RetryAfter = delay - maxWait
 		return r
 	}
 	r.OK, r.Delay = true, delay
 	if book {
-		l.tats[key] = next
+		full := next.Sub(now.Add(delay)) > time.Duration(c.burst)*iv-guard
+		g := guard > 0 && (guarded || full)
+		l.tats[key] = localTAT{tat: next, guarded: g, guardEnd: next.Add(guard)}
 	}
 	return r
 }
@@ -54,7 +77,7 @@ func (l *localBuckets) sweep(now time.Time) {
 		return
 	}
 	l.ops = 0
-	maps.DeleteFunc(l.tats, func(_ string, tat time.Time) bool { return tat.Before(now) })
+	maps.DeleteFunc(l.tats, func(_ string, b localTAT) bool { return b.guardEnd.Before(now) })
 }
 
 // pauseBoard holds the pauses this process knows of. One broadcast channel

@@ -81,6 +81,8 @@ func runSteps(t *testing.T, client redis.UniversalClient, lim Limit, rows []step
 // TestSeveralLimitsSteps: a call waits for the latest of the slots its
 // buckets give it, and books every bucket.
 func TestSeveralLimitsSteps(t *testing.T) {
+	// The rows are the buckets' own arithmetic, without the guard
+	// (Limit.Guard, set to none below; TestGuardSteps has it).
 	sec := time.Second
 	tables := []struct {
 		name string
@@ -92,7 +94,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// the pace of 10/s, then the slower limit holds them 500 ms
 			// apart; after an idle 10 s both are full again.
 			name: "10/s plus 20 per 10s",
-			lim:  Limit{Rate: 10, MaxWait: 2 * sec, Also: []Rate{{Rate: 20, Per: 10 * sec, Burst: 5}}},
+			lim:  Limit{Guard: -1, Rate: 10, MaxWait: 2 * sec, Also: []Rate{{Rate: 20, Per: 10 * sec, Burst: 5}}},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 100 * ms},
@@ -115,7 +117,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// Calls of cost 2 against 10 units/s, and 2 calls/s whatever
 			// their cost: the calls limit holds them 500 ms apart.
 			name: "a second rate counting calls",
-			lim:  Limit{Rate: 10, Burst: 10, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Counts: CountsCalls}}},
+			lim:  Limit{Guard: -1, Rate: 10, Burst: 10, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Counts: CountsCalls}}},
 			rows: []step{
 				{0, "reserve", 2, true, 0},
 				{0, "reserve", 2, true, 500 * ms},
@@ -133,7 +135,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// The same calls, the second rate counting their cost: each
 			// takes a whole second of 2 units/s.
 			name: "a second rate counting cost",
-			lim:  Limit{Rate: 10, Burst: 10, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Burst: 2}}},
+			lim:  Limit{Guard: -1, Rate: 10, Burst: 10, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Burst: 2}}},
 			rows: []step{
 				{0, "reserve", 2, true, 0},
 				{0, "reserve", 2, true, 1000 * ms},
@@ -146,7 +148,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// gives it back in both buckets; a pause moves both, each by
 			// its own burst, and calls resume paced by both.
 			name: "pause and cancel",
-			lim:  Limit{Rate: 10, MaxWait: 10 * sec, Also: []Rate{{Rate: 2, Burst: 3}}},
+			lim:  Limit{Guard: -1, Rate: 10, MaxWait: 10 * sec, Also: []Rate{{Rate: 2, Burst: 3}}},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 100 * ms},
@@ -168,7 +170,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// rate spaces the slots by 100ms / 0.952, rounded up to a µs
 			// (105,043 µs) instead of 100 ms.
 			name: "backoff paces every bucket",
-			lim:  Limit{Rate: 100, Also: []Rate{{Rate: 10}}},
+			lim:  Limit{Guard: -1, Rate: 100, Also: []Rate{{Rate: 10}}},
 			rows: []step{
 				{0, "backoff 100ms", 0, true, 100 * ms},
 				{100 * ms, "reserve", 1, true, 0},
@@ -182,7 +184,7 @@ func TestSeveralLimitsSteps(t *testing.T) {
 			// in the first bucket, and leaves the second where the pause
 			// put it. No slot falls inside the pause.
 			name: "cancel never reopens a pause",
-			lim:  Limit{Rate: 1, MaxWait: 10 * sec, Also: []Rate{{Rate: 4, Per: 2 * sec, Burst: 2}}},
+			lim:  Limit{Guard: -1, Rate: 1, MaxWait: 10 * sec, Also: []Rate{{Rate: 4, Per: 2 * sec, Burst: 2}}},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 1000 * ms},

@@ -102,7 +102,7 @@ func TestWaitAfterAPauseOnTheInjectedClock(t *testing.T) {
 		clock := &fakeClock{t: base}
 		th := newThrottle(t, client, clock.Now, nil)
 		ctx := context.Background()
-		lim := Limit{Rate: 10, Burst: 5, MaxWait: time.Second}
+		lim := Limit{Rate: 10, Burst: 5, MaxWait: time.Second, Guard: -1} // the guard would add 50ms to the second slot
 		if _, err := th.Pause(ctx, "api", lim, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}

@@ -35,6 +35,10 @@ const (
 	// DefaultMaxWait is the longest a reserved slot may be away when
 	// Limit.MaxWait is zero.
 	DefaultMaxWait = 10 * time.Second
+	// DefaultGuard is Limit.Guard when it is zero: enough for the few to
+	// tens of milliseconds by which a burst's calls, sent in a rush,
+	// reach the API later than the paced calls after them.
+	DefaultGuard = 100 * time.Millisecond
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -47,10 +51,21 @@ type Limit struct {
 	Rate int64
 	// Per is the period of Rate; default one second.
 	Per time.Duration
-	// Burst is how many units may start at once after an idle spell. The
-	// default, 1, spaces every call evenly; larger values behave as a
-	// token bucket of that size.
+	// Burst is how many units may start at once after an idle spell: an
+	// API's documented bucket size (Shopify's 40). The default, 1, spaces
+	// every call evenly; larger values behave as a token bucket of that
+	// size.
 	Burst int64
+	// Guard is the margin a bucket of Burst > 1 leaves the API at its
+	// edge: a call that must wait for room starts Guard later than the
+	// bucket alone would allow, and so does every call from the booking
+	// that leaves the bucket within Guard of full until the bucket has
+	// been empty for Guard. A burst whose calls reached the API a little
+	// late then cannot make the paced calls after it overflow the API's
+	// bucket. The pace and the burst after an idle spell are unchanged.
+	// At most half of one unit's interval is used. Default DefaultGuard;
+	// negative means none. It applies to the buckets of Also as well.
+	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Default DefaultMaxWait; negative means only
 	// a slot that is due now.
@@ -148,6 +163,7 @@ type compiled struct {
 	bucket
 	name    string
 	maxWait int64 // µs
+	guard   int64 // µs, before the cap of half an interval
 	also    []bucket
 }
 
@@ -159,7 +175,8 @@ func (l Limit) compile() (compiled, error) {
 	if len(l.Also) > MaxAlso {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
-	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond)}
+	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond),
+		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond)}
 	for i, r := range l.Also {
 		b, err := r.compile()
 		if err != nil {
@@ -217,13 +234,6 @@ type Options struct {
 	// lease releases by other processes, and wakes this process's waiters
 	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
-	// Pairs, when true, lets Reserve and Wait book two slots of a busy key
-	// in one step and keep the second for the key's next call in this
-	// process: half the Redis work. A kept slot that no call takes in time
-	// stays a gap (counted as late); Cancel gives back neither slot of a
-	// pair. docs/throttle.md (Two slots a booking) says which keys pair.
-	// Default off in the library; cmd/worker turns it on.
-	Pairs bool
 }
 
 // Throttle paces calls per key across every process that shares its
@@ -237,7 +247,6 @@ type Throttle struct {
 	local      *localBuckets // nil: fail closed
 	pauses     *pauseBoard
 	releases   *releaseLine
-	pairs      *pairs           // nil: book one call at a time
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
@@ -267,11 +276,8 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
 	}
-	if opts.Pairs {
-		t.pairs = &pairs{}
-	}
 	if opts.Fallback > 0 {
-		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]time.Time)}
+		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]localTAT)}
 	}
 	if opts.Subscribe {
 		t.leasePoll, t.subscribed = time.Second, true
@@ -344,30 +350,18 @@ type Reservation struct {
 	n       int64
 	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
 	queued  bool  // booked on Redis: tats are set
-	paired  bool  // booked with another slot (Options.Pairs): not cancellable
-	ahead   int64 // units booked after this slot in the same step
 	booked  time.Time
 	compile compiled
-	slot    int64 // with Limit.Also: the slot, in µs on the scripts' clock
+	slot    int64 // the slot, in µs on the scripts' clock
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
 // interval's numerator pr it was paced at.
 type tat struct{ a, f, pr int64 }
 
-// before reports whether r's slot comes before end, in µs on the scripts'
-// clock; r must be queued. The slot is Burst intervals before the TAT r
-// left, rounded up to a µs (docs/throttle.md, Pauses, says why that is
-// exact for a pause's end). With Limit.Also the reply gave the slot.
-func (r Reservation) before(end int64) bool {
-	c, x := r.compile, r.tats[0]
-	if len(c.also) > 0 {
-		return r.slot < end
-	}
-	// ceil(a + (f - (burst+ahead)*pr)/rl) < end  <=>
-	// a + (f - (burst+ahead)*pr)/rl <= end-1
-	return (x.a-end+1)*c.rl+x.f-(c.burst+r.ahead)*x.pr <= 0
-}
+// before reports whether r's slot, as the reserve script decided it,
+// comes before end, in µs on the scripts' clock; r must be queued.
+func (r Reservation) before(end int64) bool { return r.slot < end }
 
 // voids reports whether the pause e voids r, whose slot is at due on the
 // host's clock. A slot booked on Redis is void if it comes before the
@@ -421,25 +415,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	pair := false
-	if book && t.pairs != nil && len(c.also) == 0 && c.maxWait > 0 {
-		r, kept, want := t.pairs.call(key, c, n, t.hostNow(), t.metrics)
-		if kept {
-			t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
-			return r, nil
-		}
-		pair = want
-	}
-	cost := n
-	if pair {
-		cost = 2 * n
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(cost, book, t.now())...).Int64Slice()
-	if pair && err == nil && len(v) > 0 && v[0] != 1 {
-		// The second slot is beyond MaxWait: book the call alone.
-		pair = false
-		v, err = scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
-	}
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -455,10 +431,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		return Reservation{}, callErr("reserve", err)
 	}
-	want := 9 // the Limit's own bucket; with Also, the slot and 3 values a bucket
-	if len(c.also) > 0 {
-		want = 10 + 3*len(c.also)
-	}
+	want := 10 + 3*len(c.also) // the Limit's own bucket and the slot; 3 values a further bucket
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
@@ -468,31 +441,14 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
 		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6]}}, booked: booked, compile: c,
-		queued: book && v[0] == 1,
+		queued: book && v[0] == 1, slot: v[9],
 	}
-	if len(c.also) > 0 {
-		r.slot = v[9]
-		for i := 10; i < len(v); i += 3 {
-			r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
-		}
+	for i := 10; i < len(v); i += 3 {
+		r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2]})
 	}
 	if !r.OK {
 		r.Delay = 0
 		r.RetryAfter = time.Duration(v[2]) * time.Microsecond
-	}
-	if book && r.OK && t.pairs != nil {
-		step := time.Duration(r.tats[0].pr/c.rl) * time.Microsecond // a unit's paced interval, rounded down
-		var spare *Reservation
-		if pair {
-			// The reply's slot is the second call's; the first's is n
-			// paced intervals earlier (never before now), rounded to be
-			// late, not early.
-			spare = &Reservation{}
-			*spare = r
-			r.paired, spare.paired, r.ahead = true, true, n
-			r.Delay = max(r.Delay-time.Duration(n*r.tats[0].pr/c.rl)*time.Microsecond, 0)
-		}
-		t.pairs.booked(key, r.Delay, step, spare)
 	}
 	if book {
 		t.metrics.reservations.WithLabelValues(c.name, r.result()).Inc()
@@ -505,7 +461,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
-	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now}
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard}
 	for _, b := range c.also {
 		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
@@ -516,7 +472,7 @@ func (c compiled) reserveArgs(n int64, book bool, now string) []any {
 // whether the slot came back: only while no later reservation has been
 // made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
-	if !r.OK || r.Local || r.key == "" || r.paired {
+	if !r.OK || r.Local || r.key == "" {
 		return false, nil
 	}
 	k, err := t.rateKey(r.key)

@@ -69,6 +69,8 @@ type resRow struct {
 	delay time.Duration // Delay when ok, RetryAfter when not
 }
 
+// TestReservationSteps: the GCRA's own arithmetic, the bursty tables
+// without the guard (TestGuardSteps has it).
 func TestReservationSteps(t *testing.T) {
 	tables := []struct {
 		name string
@@ -91,7 +93,7 @@ func TestReservationSteps(t *testing.T) {
 		},
 		{
 			name: "burst of 3 then paced",
-			lim:  Limit{Rate: 10, Burst: 3},
+			lim:  Limit{Rate: 10, Burst: 3, Guard: -1},
 			rows: []resRow{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 2, true, 0},
@@ -109,7 +111,7 @@ func TestReservationSteps(t *testing.T) {
 		},
 		{
 			name: "pause then resume paced, no herd",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second, Guard: -1},
 			rows: []resRow{
 				{0, "reserve", 1, true, 0},
 				{0, "pause 2s", 0, true, 2 * time.Second},

@@ -6,6 +6,17 @@
 -- (throttle_pause.lua) the interval is longer: pr is scaled by the
 -- bucket's adaptive share (prelude.lua, share and paced).
 --
+-- The guard (throttle.Limit.Guard): in a bucket of burst > 1, a call that
+-- must wait for room, or that comes while the bucket is guarded, starts
+-- G later than the rule above says (G the guard, capped at half of T):
+-- its tolerance is burst*T - G. A booking that is guarded, or that leaves
+-- the bucket within G of full (TAT - slot > burst*T - G), marks it
+-- guarded; the mark is kept while the bucket holds anything and for G
+-- after it empties, then dropped. So burst units still start at once
+-- after an idle spell, the pace is unchanged, and calls paced after a
+-- burst leave the API's bucket G of room for the burst having reached it
+-- later than they do (docs/throttle.md, Burst and the guard).
+--
 -- A key may have further buckets (throttle.Limit.Also), in the same hash:
 -- bucket i keeps its TAT in the fields a<i>, f<i>. The call's slot is
 -- then the latest of the slots each bucket would give its count, and
@@ -13,42 +24,45 @@
 -- whose own slot rounds up to the call's books max(TAT, now) + n*T
 -- instead, as a key of one bucket does, so that rounding to whole µs
 -- never drifts its pace.
--- KEYS[1]  the bucket's hash: a, f as above; p = paused until (µs); s, c,
---          t = the share, its ceiling (basis points) and the time (µs)
---          of the last slow-down; e = the time (µs) the key's TTL
---          reaches, as this script last set it; a1, f1, a2, f2, ... the
---          further buckets
+-- KEYS[1]  the bucket's hash: a, f as above; g = "1" while guarded (only
+--          for a burst > 1); p = paused until (µs); s, c, t = the share,
+--          its ceiling (basis points) and the time (µs) of the last
+--          slow-down; e = the time (µs) the key's TTL reaches, as this
+--          script last set it; a1, f1, g1, a2, f2, g2, ... the further
+--          buckets
 -- The TTL is set half as long again as the booking needs, so that a busy
 -- key renews it once its bookings outgrow that, not with every call.
 -- ARGV     1 rl, 2 pr (the rate in lowest terms: rl units per pr µs),
 --          3 burst, 4 cost n, 5 max wait (µs), 6 "1" to reserve, "0" to
---          peek, 7 now in µs or "" for the server's TIME (tests only);
---          then for each further bucket in fours: rl, pr, burst, its
---          count (n or 1)
+--          peek, 7 now in µs or "" for the server's TIME (tests only),
+--          8 the guard G (µs); then for each further bucket in fours:
+--          rl, pr, burst, its count (n or 1)
 -- Uses     prelude.lua (int, clock, share, paced)
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
 --          points) and its ceiling (hundredths of a basis point: it creeps
---          by fractions of one)}; with further buckets, then the slot
---          (µs) and for each
---          further bucket its a and f after the reservation (0 and 0 when
---          none was made) and the pr it was paced at
+--          by fractions of one), the slot (µs)}; with further buckets,
+--          then for each further bucket its a and f after the
+--          reservation (0 and 0 when none was made) and the pr it was
+--          paced at
 local key = KEYS[1]
 local maxwait, reserve = tonumber(ARGV[5]), ARGV[6] == '1'
 local now, pad = clock(ARGV[7])
+local guard = tonumber(ARGV[8])
 local b = {{rl = tonumber(ARGV[1]), pr = tonumber(ARGV[2]), burst = tonumber(ARGV[3]),
-            n = tonumber(ARGV[4]), fa = 'a', ff = 'f'}}
-for i = 8, #ARGV, 4 do
+            n = tonumber(ARGV[4]), fa = 'a', ff = 'f', fg = 'g'}}
+for i = 9, #ARGV, 4 do
   local k = #b
   b[k + 1] = {rl = tonumber(ARGV[i]), pr = tonumber(ARGV[i + 1]), burst = tonumber(ARGV[i + 2]),
-              n = tonumber(ARGV[i + 3]), fa = 'a' .. k, ff = 'f' .. k}
+              n = tonumber(ARGV[i + 3]), fa = 'a' .. k, ff = 'f' .. k, fg = 'g' .. k}
 end
 
 local fields = {'p', 's', 'c', 't', 'e'}
 for _, x in ipairs(b) do
   fields[#fields + 1] = x.fa
   fields[#fields + 1] = x.ff
+  fields[#fields + 1] = x.fg
 end
 local st = redis.call('HMGET', key, unpack(fields))
 local paused = 0
@@ -62,25 +76,35 @@ local sh, ceil = share(st[2], st[3], st[4], now)
 local delay = 0
 for i, x in ipairs(b) do
   x.at, x.frac = now, 0
-  local a = st[4 + 2 * i]
+  x.pr = paced(x.pr, sh)
+  -- the guard in 1/rl µs: none for a burst of 1, at most half of T
+  x.g = 0
+  if x.burst > 1 then x.g = math.min(guard * x.rl, math.floor(x.pr / 2)) end
+  x.guarded = false
+  local a = st[3 + 3 * i]
   if a then
     a = tonumber(a)
-    if a >= now then x.at, x.frac = a, tonumber(st[5 + 2 * i]) end
+    local f = tonumber(st[4 + 3 * i])
+    if a >= now then x.at, x.frac = a, f end
+    -- guarded until the bucket has been empty for the guard
+    x.guarded = x.g > 0 and st[5 + 3 * i] == '1' and (a - now) * x.rl + f + x.g > 0
   end
-  x.pr = paced(x.pr, sh)
   -- the new TAT - now, in 1/rl µs
   local level = (x.at - now) * x.rl + x.frac + x.n * x.pr
   local early = level - x.burst * x.pr
+  -- a call that must wait for room is guarded too: it is the one that
+  -- fills the bucket when it fills slowly
+  if x.g > 0 and early > 0 then x.guarded = true end
+  if x.guarded then early = early + x.g end
   x.delay = 0
   if early > 0 then x.delay = math.ceil(early / x.rl) end
   if x.delay > delay then delay = x.delay end
 end
 
 local function reply(taken, retry, booked)
-  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100)}
+  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100), now + delay}
   if booked then r[5], r[6] = b[1].at, b[1].frac end
   if #b > 1 then
-    r[#r + 1] = now + delay
     for i = 2, #b do
       local x = b[i]
       if booked then
@@ -106,6 +130,12 @@ for _, x in ipairs(b) do
   x.at = x.at + math.floor(f / x.rl)
   x.frac = f % x.rl
   set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = x.fa, int(x.at), x.ff, int(x.frac)
+  if x.g > 0 then
+    -- guarded from the booking that leaves the bucket within G of full
+    local g = '0'
+    if x.guarded or (x.at - slot) * x.rl + x.frac > x.burst * x.pr - x.g then g = '1' end
+    set[#set + 1], set[#set + 2] = x.fg, g
+  end
   local l = x.at - now
   if x.frac > 0 then l = l + 1 end
   if l > life then life = l end

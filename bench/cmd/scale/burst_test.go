@@ -13,11 +13,11 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // shopSlots books calls slots of one per-tenant key at Shopify's rate (2
-// a second) with the given burst, through throttle's reserve script on a
+// a second) with the given burst and guard (throttle.Limit.Guard), through throttle's reserve script on a
 // real redis-server, every booking made at the same instant of the
 // scripts' clock (Options.Clock), as a backlog of a tenant's jobs does when
 // the workers start. It returns each slot's offset from that instant.
-func shopSlots(t *testing.T, burst int64, calls int) []time.Duration {
+func shopSlots(t *testing.T, burst int64, guard time.Duration, calls int) []time.Duration {
 	t.Helper()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	th, err := throttle.New(redistest.Shared(t), &throttle.Options{
@@ -28,7 +28,7 @@ func shopSlots(t *testing.T, burst int64, calls int) []time.Duration {
 		t.Fatal(err)
 	}
 	defer th.Close()
-	lim := throttle.Limit{Rate: shopRate, Per: time.Second, Burst: burst, MaxWait: time.Hour}
+	lim := throttle.Limit{Rate: shopRate, Per: time.Second, Burst: burst, MaxWait: time.Hour, Guard: guard}
 	slots := make([]time.Duration, calls)
 	for i := range slots {
 		r, err := th.Reserve(context.Background(), "shop-1", lim, 1)
@@ -40,14 +40,14 @@ func shopSlots(t *testing.T, burst int64, calls int) []time.Duration {
 	return slots
 }
 
-// TestBurstIsTheAPIsBucketExactly: sluice's per-tenant GCRA with Burst 40
-// and the API's leaky bucket of 40 leaking 2/s (Shopify's definition) are
-// the same rule, neither one call off: with every call arriving at its
+// TestBurstIsTheAPIsBucketExactly: sluice's per-tenant GCRA with Burst 40,
+// without its guard, and the API's leaky bucket of 40 leaking 2/s
+// (Shopify's definition) are the same rule, neither one call off: with every call arriving at its
 // slot, the bucket takes all of them and is full to the brim after each
 // paced one, and the first paced call arriving 1 µs before its slot is
 // refused by 1 µs.
 func TestBurstIsTheAPIsBucketExactly(t *testing.T) {
-	slots := shopSlots(t, shopCapacity, 60)
+	slots := shopSlots(t, shopCapacity, -1, 60)
 	for i, s := range slots {
 		want := time.Duration(0)
 		if i >= shopCapacity {
@@ -82,24 +82,29 @@ func TestBurstIsTheAPIsBucketExactly(t *testing.T) {
 // after a quiet sleep): the API's bucket has leaked less than the slot
 // assumed. A lag the same for every call (a constant latency, or the API's
 // clock off Redis's) costs nothing; a burst one below the API's bucket
-// absorbs any lag spread under one interval (500 ms).
+// absorbs any lag spread under one interval (500 ms), and sluice's guard
+// (throttle.Limit.Guard, 100 ms by default) any under the guard.
 func TestSwitchRefusalIsLagSpread(t *testing.T) {
 	for _, c := range []struct {
 		name               string
 		burst              int64
+		guard              time.Duration // throttle.Limit.Guard; -1 none
 		burstLag, pacedLag time.Duration
 		wantRefused        []int // the calls refused, from 1
 		wantOverflow       time.Duration
 	}{
-		{name: "no lag", burst: 40},
-		{name: "the same lag for every call", burst: 40, burstLag: 3 * time.Millisecond, pacedLag: 3 * time.Millisecond},
-		{name: "burst 5ms late, paced 1ms", burst: 40, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond,
+		{name: "no lag", burst: 40, guard: -1},
+		{name: "the same lag for every call", burst: 40, guard: -1, burstLag: 3 * time.Millisecond, pacedLag: 3 * time.Millisecond},
+		{name: "burst 5ms late, paced 1ms", burst: 40, guard: -1, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond,
 			wantRefused: []int{41}, wantOverflow: 4 * time.Millisecond},
-		{name: "burst 39, burst 5ms late, paced 1ms", burst: 39, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
-		{name: "burst 39, burst 400ms late, paced 0", burst: 39, burstLag: 400 * time.Millisecond},
+		{name: "burst 39, burst 5ms late, paced 1ms", burst: 39, guard: -1, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
+		{name: "burst 39, burst 400ms late, paced 0", burst: 39, guard: -1, burstLag: 400 * time.Millisecond},
+		{name: "burst 40 and the guard, burst 5ms late, paced 1ms", burst: 40, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
+		{name: "burst 40 and the guard, burst 151ms late, paced 1ms", burst: 40, burstLag: 151 * time.Millisecond, pacedLag: time.Millisecond,
+			wantRefused: []int{41}, wantOverflow: 50 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			slots := shopSlots(t, c.burst, 60)
+			slots := shopSlots(t, c.burst, c.guard, 60)
 			b := newLeakyBucket(shopRate, shopCapacity)
 			var refused []int
 			var firstOver time.Duration
