@@ -32,14 +32,9 @@ const (
 // response with more fails as a network error does.
 const MaxResponseHeaderBytes = 64 << 10
 
-// MaxIdleConnsPerHost is how many idle connections NewBase keeps to one
-// host, so that concurrent calls to one API reuse theirs.
-const MaxIdleConnsPerHost = 100
-
 // NewBase returns a new http.Transport with the settings of
 // http.DefaultTransport, but for a response header limited to
-// MaxResponseHeaderBytes and MaxIdleConnsPerHost idle connections a host
-// (net/http keeps 2). Transport and the queue's HTTP job send through
+// MaxResponseHeaderBytes. Transport and the queue's HTTP job send through
 // one of these unless given a Base; a program that sets its own Base
 // should set the same limit.
 func NewBase() *http.Transport {
@@ -49,10 +44,6 @@ func NewBase() *http.Transport {
 	}
 	t = t.Clone()
 	t.MaxResponseHeaderBytes = MaxResponseHeaderBytes
-	// A throttled worker sends most of its calls to a few hosts, many at
-	// once: net/http keeps 2 idle connections a host by default, so the
-	// rest of a burst would open (and close) a connection per call.
-	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
 	return t
 }
 
