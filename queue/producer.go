@@ -254,7 +254,7 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Int64Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Slice()
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
 	}
@@ -264,30 +264,44 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 	if len(v) != 4 {
 		return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply of %d values", p.cfg.Queue, len(v))
 	}
-	switch v[0] {
-	case 0:
-		r := Receipt{ID: job.ID, Depth: v[1], Policy: tp.Admission}
+	var n [4]int64 // the reply's numbers
+	for i := 1; i < 4; i++ {
+		n[i], _ = v[i].(int64)
+	}
+	status, _ := v[0].(string)
+	switch status {
+	case enqueueQueued:
+		r := Receipt{ID: job.ID, Depth: n[1], Policy: tp.Admission}
 		if tp.Admission != nil {
-			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: v[2], ResetAfter: time.Duration(v[3]) * time.Microsecond}
+			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: n[2], ResetAfter: time.Duration(n[3]) * time.Microsecond}
 		}
 		return r, nil
-	case 1:
-		e := &QueueFullError{Queue: p.cfg.Queue, Depth: v[1], Bound: v[2]}
+	case enqueueFull:
+		e := &QueueFullError{Queue: p.cfg.Queue, Depth: n[1], Bound: n[2]}
 		if len(p.shards) > 1 {
 			e.Shard = k.queue
 		}
 		return Receipt{}, e
-	case 2:
-		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: v[1], Bound: v[2]}
-	case 4:
+	case enqueueTenantFull:
+		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: n[1], Bound: n[2]}
+	case enqueueDuplicate:
 		return Receipt{}, &DuplicateJobError{Queue: p.cfg.Queue, Tenant: job.Tenant, ID: job.ID}
-	case 3:
+	case enqueueLimited:
 		return Receipt{}, &RateLimitedError{Tenant: job.Tenant, Policy: *tp.Admission, Decision: algorithms.Decision{
-			Limit: capacity, Remaining: v[1], ResetAfter: time.Duration(v[2]) * time.Microsecond, RetryAfter: time.Duration(v[3]) * time.Microsecond,
+			Limit: capacity, Remaining: n[1], ResetAfter: time.Duration(n[2]) * time.Microsecond, RetryAfter: time.Duration(n[3]) * time.Microsecond,
 		}}
 	}
 	return Receipt{}, fmt.Errorf("sluice: enqueue to %q: unexpected reply %v", p.cfg.Queue, v)
 }
+
+// The enqueue script's replies (queue_enqueue.lua).
+const (
+	enqueueQueued     = "queued"      // {"queued", depth, remaining, reset µs}
+	enqueueFull       = "full"        // {"full", depth, bound, 0}
+	enqueueTenantFull = "tenant_full" // {"tenant_full", tenant depth, tenant bound, 0}
+	enqueueLimited    = "limited"     // {"limited", remaining, reset µs, retry µs}
+	enqueueDuplicate  = "duplicate"   // {"duplicate", 0, 0, 0}
+)
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {

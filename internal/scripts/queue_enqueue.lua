@@ -29,11 +29,11 @@
 --          not recorded), 14 now in µs
 --          ("" for the server's TIME), 15 when the job is due, in µs
 --          ("0": at once)
--- Returns  {0, depth after, remaining, reset µs} admitted and queued
---          {1, depth, bound, 0}         queue full
---          {2, tenant depth, tenant bound, 0} tenant's backlog full
---          {3, remaining, reset µs, retry µs} refused by admission
---          {4, 0, 0, 0}                 a job of that id is waiting
+-- Returns  {"queued", depth after, remaining, reset µs}   admitted, queued
+--          {"full", depth, bound, 0}                  queue (shard) full
+--          {"tenant_full", tenant depth, tenant bound, 0}  tenant's backlog full
+--          {"limited", remaining, reset µs, retry µs} refused by admission
+--          {"duplicate", 0, 0, 0}                     a job of that id waits
 -- (depth here: the room's and asynq's pending list's together)
 local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13]
 local tbound = tonumber(ARGV[10])
@@ -42,7 +42,7 @@ local tbound = tonumber(ARGV[10])
 -- the common case, an accepted job, costs no extra command.
 -- An empty id is one the producer chose at random, which no other job
 -- can have: it is not recorded.
-if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {4, 0, 0, 0} end
+if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {'duplicate', 0, 0, 0} end
 local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
 local function refuse(r)
   redis.call('HINCRBY', KEYS[1], 'depth', -1)
@@ -50,10 +50,10 @@ local function refuse(r)
   return r
 end
 local depth = room + redis.call('LLEN', KEYS[5])
-if depth >= bound then return refuse({1, depth, bound, 0}) end
+if depth >= bound then return refuse({'full', depth, bound, 0}) end
 if tbound > 0 then
   local tdepth = redis.call('LLEN', KEYS[4]) + tonumber(redis.call('HGET', KEYS[11], tenant) or '0')
-  if tdepth >= tbound then return refuse({2, tdepth, tbound, 0}) end
+  if tdepth >= tbound then return refuse({'tenant_full', tdepth, tbound, 0}) end
 end
 local d = {1, 0, 0, 0}
 local due, now, pad = tonumber(ARGV[15]), nil, nil
@@ -61,7 +61,7 @@ if ARGV[5] ~= '' or due > 0 then now, pad = clock(ARGV[14]) end
 if ARGV[5] ~= '' then
   d = admit(KEYS[6], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
     tonumber(ARGV[4]), true, now, pad)
-  if d[1] == 0 then return refuse({3, d[2], d[3], d[4]}) end
+  if d[1] == 0 then return refuse({'limited', d[2], d[3], d[4]}) end
 end
 if due > 0 and due > now then
   redis.call('ZADD', KEYS[10], int(due), tenant .. ' ' .. ARGV[2])
@@ -76,4 +76,4 @@ end
 -- saves a command on most jobs.
 if ARGV[11] ~= '1' then redis.call('HSET', KEYS[7], tenant, ARGV[11]) end
 if ARGV[12] ~= 'default' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
-return {0, depth + 1, d[2], d[3]}
+return {'queued', depth + 1, d[2], d[3]}
