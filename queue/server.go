@@ -260,7 +260,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d))
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
 		}
 		if err != nil {
 			return s.throttleError(job, err)
@@ -304,17 +304,17 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// that is always refused costs the others one pause.
 			m = mark(job, d)
 		}
-		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m)
+		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m, false)
 	}
 	// A handler that paces its own calls says "not now" with the
 	// throttle's own errors: back to the waiting room, no retry spent.
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
-		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "")
+		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "", false)
 	}
 	var busy *throttle.BusyError
 	if errors.As(err, &busy) {
-		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held", "")
+		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held", "", true)
 	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
@@ -357,7 +357,7 @@ func tooFar(job *Job, paused time.Duration) string {
 // (docs/throttle.md, Concurrency leases). The job holds no goroutine
 // meanwhile, and spends no retry.
 func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string) error {
-	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), ""); err != nil {
+	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), "", true); err != nil {
 		return err
 	}
 	_, enc, _, _ := s.shards.tenant(job.Tenant)
@@ -447,8 +447,11 @@ func mark(job *Job, d Downstream) string {
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why. A mark
 // (see mark; "" for none) tells the claims to hand over no job of that
-// throttle key for d, whatever its tenant.
-func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason, mark string) error {
+// throttle key for d, whatever its tenant. A tenant asleep already keeps
+// the later of its two wake times, or with sooner (a put-back for a
+// lease, which a release wakes) the sooner: a release that woke it while
+// another of its jobs was on its way back must not be undone.
+func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason, mark string, sooner bool) error {
 	job.moves++
 	k, enc, list, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
 	item, err := job.item(k.queue)
@@ -457,7 +460,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 	}
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
 		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason), mark).Err(); err != nil {
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason), mark, sooner).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

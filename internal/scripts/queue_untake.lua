@@ -15,7 +15,8 @@
 --          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
 --          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's
 --          id and why it sleeps, 8 the throttle key to mark full for the
---          sleep ("": none)
+--          sleep ("": none), 9 "1" when a tenant asleep already keeps the
+--          sooner of its two wake times (else the later)
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
@@ -40,7 +41,9 @@ elseif sleep > 0 then
   if redis.call('LREM', KEYS[2], -1, ARGV[2]) == 1 then
     redis.call('ZADD', KEYS[4], int(now + sleep), ARGV[2])
   else
-    redis.call('ZADD', KEYS[4], 'GT', int(now + sleep), ARGV[2])
+    local keep = 'GT'
+    if ARGV[9] == '1' then keep = 'LT' end
+    redis.call('ZADD', KEYS[4], keep, int(now + sleep), ARGV[2])
   end
 end
 return 1
