@@ -123,7 +123,7 @@ func (s *scheduler) step(ctx context.Context) {
 		switch {
 		case err == nil:
 			s.count(sc.Name, tickEnqueued)
-			s.log.Info("sluice: schedule's tick enqueued", "schedule", sc.Name, "tick", tick, "id", job.ID)
+			s.log.Debug("sluice: schedule's tick enqueued", "schedule", sc.Name, "tick", tick, "id", job.ID)
 		case errors.Is(err, queue.ErrTickTaken):
 			s.count(sc.Name, tickTaken)
 		case errors.As(err, &full), errors.As(err, &limited), errors.Is(err, queue.ErrDuplicateJob), errors.Is(err, queue.ErrInvalidJob):

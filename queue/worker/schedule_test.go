@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,4 +202,100 @@ type tickFunc func(time.Time)
 func (f tickFunc) EnqueueTick(_ context.Context, _ string, tick time.Time, _ queue.Job) (queue.Receipt, error) {
 	f(tick)
 	return queue.Receipt{}, nil
+}
+
+// TestSchedulerRetriesFailedTick: a tick that Redis could not be asked
+// about claimed nothing, so it is tried again next step while within
+// catch_up, and given up (missed) after; a tick the queue refused is
+// not tried again.
+func TestSchedulerRetriesFailedTick(t *testing.T) {
+	cfg, err := policy.Parse([]byte("queue: {bound: 10}\nschedules:\n  s: {every: 1m, tenant: a, catch_up: 5s, job: {type: report}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := []error{errors.New("dial tcp 127.0.0.1:1: connection refused"), nil, // tick 09:01: fails, then in
+		&queue.QueueFullError{Queue: "default", Depth: 10, Bound: 10}, // tick 09:02: refused
+		errors.New("connection refused")}                              // tick 09:03: fails until given up
+	var tries []time.Time
+	fake := errFunc(func(tick time.Time) error {
+		tries = append(tries, tick)
+		err := answers[0]
+		if len(answers) > 1 {
+			answers = answers[1:]
+		}
+		return err
+	})
+	counter := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "t"}, []string{"schedule", "result"})
+	var at time.Time
+	s := newScheduler(fake, cfg.Schedules, func() time.Time { return at }, slog.New(slog.NewTextHandler(io.Discard, nil)), counter)
+	base := time.Date(2026, 11, 27, 9, 1, 0, 0, time.UTC)
+	for i := range 180 { // 09:01:00 to 09:03:59, a second a step
+		at = base.Add(time.Duration(i) * time.Second)
+		s.step(context.Background())
+	}
+	m := func(n int) time.Time { return base.Add(time.Duration(n) * time.Minute) }
+	want := []time.Time{m(0), m(0), m(1), m(2), m(2), m(2), m(2), m(2), m(2)} // 09:03 tried at 09:03:00 to :05
+	if !slices.EqualFunc(tries, want, time.Time.Equal) {
+		t.Errorf("tries %v\nwant %v", tries, want)
+	}
+	for result, n := range map[string]float64{tickEnqueued: 1, tickRefused: 1, tickFailed: 7, tickMissed: 1} {
+		if got := testutil.ToFloat64(counter.WithLabelValues("s", result)); got != n {
+			t.Errorf("%s counted %v, want %v", result, got, n)
+		}
+	}
+}
+
+type errFunc func(time.Time) error
+
+func (f errFunc) EnqueueTick(_ context.Context, _ string, tick time.Time, _ queue.Job) (queue.Receipt, error) {
+	return queue.Receipt{}, f(tick)
+}
+
+// TestWorkerRunsSchedules: two workers run from one policy file with a
+// schedule of every second; the program's handler receives its jobs,
+// each tick's once, with the tick's id and the payload as JSON.
+func TestWorkerRunsSchedules(t *testing.T) {
+	client := redistest.Start(t, redistest.Config{}).Client(t)
+	cfg, err := policy.Parse([]byte("queue: {bound: 100, types: [beat]}\nschedules:\n  beat: {every: 1s, tenant: ops, job: {type: beat, payload: {n: 1}}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var payloads []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := &syncBuffer{}
+		w, err := New(&Config{Policy: cfg, Redis: client, Listener: ln, Concurrency: 2, ShutdownTimeout: time.Second,
+			Logger: slog.New(slog.NewTextHandler(log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.HandleFunc("beat", func(_ context.Context, job *queue.Job) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[job.ID]++
+			payloads = append(payloads, string(job.Payload))
+			return nil
+		})
+		runUntilCleanup(t, w, log)
+	}
+	waitUntil(t, 20*time.Second, "three ticks' jobs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= 3
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range seen {
+		if !strings.HasPrefix(id, "tick:beat:") || n != 1 {
+			t.Errorf("job %q ran %d times, want a tick's id, once", id, n)
+		}
+	}
+	if payloads[0] != `{"n":1}` {
+		t.Errorf("payload %s", payloads[0])
+	}
 }
