@@ -28,7 +28,10 @@ type keys struct {
 	later, ldepth string
 	// full marks throttle keys whose next slot is too far away, until
 	// when (sorted set).
-	full                    string
+	full string
+	// ticks maps each periodic job's schedule whose tenant lives in the
+	// shard to the last tick claimed (µs; Producer.EnqueueTick).
+	ticks                   string
 	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
@@ -51,6 +54,7 @@ func newKeys(prefix, queue string) keys {
 		later:        k("later"),
 		ldepth:       k("ldepth"),
 		full:         k("full"),
+		ticks:        k("ticks"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",

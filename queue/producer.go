@@ -202,6 +202,36 @@ func (p *Producer) Check(job Job) error {
 // accepted; in each case nothing was written. Once Enqueue returns nil the
 // job is stored in Redis and will run (at least once).
 func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
+	return p.enqueue(ctx, job, "", time.Time{})
+}
+
+// ErrTickTaken is returned by EnqueueTick when the tick was claimed
+// already, by this or another producer.
+var ErrTickTaken = errors.New("sluice: schedule's tick taken")
+
+// EnqueueTick enqueues job as the tick of the periodic schedule named
+// schedule, once across every producer of the queue: the tick is claimed
+// in the same atomic step that admits and adds the job, and a tick that
+// is not later than the schedule's last claimed tick is refused with
+// ErrTickTaken, writing nothing. The claim is recorded in a hash under
+// the hash tag of the job's tenant's shard (docs/queue.md, Periodic
+// jobs), so schedule names must be unique within a queue. Once claimed,
+// the tick is spent whatever becomes of the job: a job refused by
+// admission, the bound or a duplicate id (the errors Enqueue returns)
+// leaves the tick claimed, and it is not tried again. A job that Check
+// refuses, or a Redis that is out of memory or cannot be reached, claims
+// nothing. schedule is 1 to 64 bytes of letters, digits and _.-.
+func (p *Producer) EnqueueTick(ctx context.Context, schedule string, tick time.Time, job Job) (Receipt, error) {
+	if !names.Valid(schedule, names.MaxLen, "") {
+		return Receipt{}, invalid("schedule name %.64q: use 1 to %d bytes of letters, digits and _.-", schedule, names.MaxLen)
+	}
+	if tick.IsZero() || tick.UnixMicro() < 0 {
+		return Receipt{}, invalid("schedule %q: tick %v is not a time after 1970", schedule, tick)
+	}
+	return p.enqueue(ctx, job, schedule, tick)
+}
+
+func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick time.Time) (Receipt, error) {
 	if err := p.Check(job); err != nil {
 		return Receipt{}, err
 	}
@@ -252,9 +282,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		due = max(job.RunAt.UnixMicro(), 1)
 	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth},
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due).Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick)).Slice()
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
 	}
@@ -286,6 +316,9 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (Receipt, error) {
 		return Receipt{}, &QueueFullError{Queue: p.cfg.Queue, Tenant: job.Tenant, Depth: n[1], Bound: n[2]}
 	case enqueueDuplicate:
 		return Receipt{}, &DuplicateJobError{Queue: p.cfg.Queue, Tenant: job.Tenant, ID: job.ID}
+	case enqueueTickTaken:
+		return Receipt{}, fmt.Errorf("%w: schedule %q, tick %s (the last claimed: %s)", ErrTickTaken, schedule,
+			tick.UTC().Format(time.RFC3339Nano), time.UnixMicro(n[1]).UTC().Format(time.RFC3339Nano))
 	case enqueueLimited:
 		return Receipt{}, &RateLimitedError{Tenant: job.Tenant, Policy: *tp.Admission, Decision: algorithms.Decision{
 			Limit: capacity, Remaining: n[1], ResetAfter: time.Duration(n[2]) * time.Microsecond, RetryAfter: time.Duration(n[3]) * time.Microsecond,
@@ -301,7 +334,17 @@ const (
 	enqueueTenantFull = "tenant_full" // {"tenant_full", tenant depth, tenant bound, 0}
 	enqueueLimited    = "limited"     // {"limited", remaining, reset µs, retry µs}
 	enqueueDuplicate  = "duplicate"   // {"duplicate", 0, 0, 0}
+	enqueueTickTaken  = "tick_taken"  // {"tick_taken", last tick µs, 0, 0}
 )
+
+// tickMicros is the enqueue script's tick argument: "" for a job that is
+// no schedule's tick.
+func tickMicros(schedule string, tick time.Time) string {
+	if schedule == "" {
+		return ""
+	}
+	return strconv.FormatInt(tick.UnixMicro(), 10)
+}
 
 // Stats is a snapshot of the waiting room.
 type Stats struct {

@@ -9,7 +9,11 @@
 -- producers sending one id exactly one gets in. A tenant's backlog is its
 -- jobs in the waiting room, due or for later. A job due later waits in
 -- the sorted set of jobs for later until a claim (queue_claim.lua) moves
--- it to the tail of its tenant's list.
+-- it to the tail of its tenant's list. A periodic job's tick
+-- (queue.Producer.EnqueueTick) is claimed first, in the same step: of the
+-- workers that race for one tick of a schedule exactly one gets past it,
+-- and the tick stays spent whatever the rest of the script answers, so
+-- that a tick is tried once across the fleet.
 -- Composed as prelude.lua + an algorithm's admit() (or no_admission.lua) +
 -- this file. Every key carries the queue's hash tag.
 -- KEYS     1 meta hash (depth: jobs in the waiting room), 2 ring of
@@ -18,7 +22,9 @@
 --          5 asynq's pending list, 6 the tenant's admission state (unused
 --          for a tenant without a policy), 7 weights hash, 8 per-class
 --          count of waiting jobs, 9 ids hash (scoped job id, tenant/id as
---          queue.Job.ScopedID writes it -> how many jobs of it are waiting)
+--          queue.Job.ScopedID writes it -> how many jobs of it are waiting),
+--          10 jobs for later, 11 per-tenant count of jobs for later,
+--          12 ticks hash (schedule name -> its last tick claimed, µs)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
@@ -28,14 +34,21 @@
 --          (queue.Job.ScopedID; "" for an id the producer chose, which is
 --          not recorded), 14 now in µs
 --          ("" for the server's TIME), 15 when the job is due, in µs
---          ("0": at once)
+--          ("0": at once), 16 the schedule's name ("" for a job that
+--          is no schedule's tick), 17 the tick, in µs
 -- Returns  {"queued", depth after, remaining, reset µs}   admitted, queued
 --          {"full", depth, bound, 0}                  queue (shard) full
 --          {"tenant_full", tenant depth, tenant bound, 0}  tenant's backlog full
 --          {"limited", remaining, reset µs, retry µs} refused by admission
 --          {"duplicate", 0, 0, 0}                     a job of that id waits
+--          {"tick_taken", last tick µs, 0, 0}         the tick was claimed
 -- (depth here: the room's and asynq's pending list's together)
 local tenant, bound, id = ARGV[1], tonumber(ARGV[3]), ARGV[13]
+if ARGV[16] ~= '' then
+  local last = tonumber(redis.call('HGET', KEYS[12], ARGV[16]) or '-1')
+  if last >= tonumber(ARGV[17]) then return {'tick_taken', last, 0, 0} end
+  redis.call('HSET', KEYS[12], ARGV[16], ARGV[17])
+end
 local tbound = tonumber(ARGV[10])
 -- The id is recorded first and the depth counted first, each in the one
 -- command that also checks it; a refusal below takes them back, so that

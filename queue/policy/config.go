@@ -39,6 +39,9 @@ type Config struct {
 	// Tenants are the tenants' policies by id, including DefaultTenant
 	// when the file has it; never nil.
 	Tenants map[string]Tenant
+	// Schedules are the periodic jobs, in the file's order; nil when the
+	// file has none.
+	Schedules []Schedule
 
 	// Made by Parse from Queue.Types and Downstreams, which must not be
 	// changed after it (a Config made otherwise has none: the methods

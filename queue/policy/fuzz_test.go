@@ -105,6 +105,21 @@ func checkInvariants(c *Config) error {
 			}
 		}
 	}
+	for i, s := range c.Schedules {
+		switch {
+		case !nameRE.MatchString(s.Name) || slices.ContainsFunc(c.Schedules[:i], func(o Schedule) bool { return o.Name == s.Name }):
+			return fmt.Errorf("schedule %q", s.Name)
+		case (s.Cron == "") == (s.Every == 0) || s.Every < 0 || s.Every%time.Second != 0:
+			return fmt.Errorf("schedule %s: cron %q, every %v", s.Name, s.Cron, s.Every)
+		case s.CatchUp < time.Second || s.CatchUp > MaxDuration:
+			return fmt.Errorf("schedule %s: catch_up %v", s.Name, s.CatchUp)
+		case s.Next(time.Now()).IsZero():
+			return fmt.Errorf("schedule %s: no next tick", s.Name)
+		}
+		if err := c.CheckJob(&s.Job); err != nil || s.Job.Tenant == "" {
+			return fmt.Errorf("schedule %s: job %+v: %v", s.Name, s.Job, err)
+		}
+	}
 	return nil
 }
 
@@ -116,6 +131,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("queue:\n  bound: 5\ndownstreams:\n  a: {rate: 1, base_url: http://a.com/api}\ntenants:\n  default: {algorithm: gcra, limit: 1, period: 1s}\n"))
 	f.Add([]byte("queue: {bound: 1}\ndownstreams:\n  s: {rate: 1, base_url: \"https://{tenant}.myshopify.com/admin/\"}\n  h: {rate: 1, base_url: \"https://hooks.example.com/in/{tenant}/\"}\n"))
 	f.Add([]byte("queue: {bound: 1}\ndownstreams:\n  a:\n    rate: 10\n    also:\n      - {rate: 1000, per: 1h, burst: 50}\n      - {rate: 5, counts: calls}\n"))
+	f.Add([]byte("queue: {bound: 1, types: [r]}\ndownstreams:\n  a: {rate: 2, base_url: http://a.com/api}\nschedules:\n  n: {cron: \"0 3 * * 1-5\", tenant: t, catch_up: 1h, job: {type: sluice.http, downstream: a, payload: {url: http://a.com/api/x}}}\n  e: {every: 10m, tenant: t, job: {type: r, payload: [1, {a: b}], cost: 1}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
 		if err != nil {

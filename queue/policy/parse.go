@@ -38,6 +38,7 @@ type file struct {
 	Queue       queueFile               `yaml:"queue"`
 	Downstreams entries[downstreamFile] `yaml:"downstreams"`
 	Tenants     entries[tenantFile]     `yaml:"tenants"`
+	Schedules   entries[scheduleFile]   `yaml:"schedules"`
 }
 
 type queueFile struct {
@@ -197,6 +198,10 @@ func (p *parser) visit(n *yaml.Node, path string) bool {
 func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
 	if n = p.deref(n, path, "an alias names a mapping or list that contains it"); n == nil || !p.visit(n, path) {
 		return false
+	}
+	if raw, ok := v.Addr().Interface().(*rawNode); ok {
+		raw.n = n // read by its check (a job's payload)
+		return true
 	}
 	t := v.Type()
 	ents, isEntries := v.Addr().Interface().(interface{ add(string) reflect.Value })

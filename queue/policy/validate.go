@@ -126,6 +126,7 @@ func (p *parser) config(f *file) *Config {
 			cfg.Tenants[ent.name] = p.tenant(&ent.val, ent.name, path)
 		}
 	}
+	cfg.Schedules = p.schedules(f.Schedules, cfg)
 	return cfg
 }
 

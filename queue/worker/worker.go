@@ -151,6 +151,7 @@ type Worker struct {
 	th          *throttle.Throttle
 	producer    *queue.Producer
 	server      *queue.Server
+	sched       *scheduler
 	http        *http.Server
 	ln          net.Listener
 	watch       *redisconn.Watch
@@ -257,7 +258,8 @@ func (w *Worker) Use(mw ...queue.Middleware) { w.mux.Use(mw...) }
 
 // Run connects to Redis and checks it (a Redis that may evict keys is
 // refused unless AllowEvictingRedis), starts the queue's workers and the
-// dispatcher, serves the HTTP endpoints, and logs "sluice worker
+// dispatcher, enqueues the policy's periodic jobs at their ticks (each
+// tick once across the fleet: docs/policy.md, Periodic jobs), serves the HTTP endpoints, and logs "sluice worker
 // started". When ctx ends it stops gracefully: the endpoints stop taking
 // jobs, the dispatcher stops, running jobs get ShutdownTimeout to finish
 // and the rest return to the queue; it logs "sluice worker stopped" with
@@ -324,6 +326,11 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
 		return err
 	}
+	ticks, err := newTickCounter(w.reg)
+	if err != nil {
+		return err
+	}
+	w.sched = newScheduler(w.producer, cfg.Schedules, time.Now, w.log, ticks)
 	w.server, err = queue.NewServer(client, &queue.ServerConfig{
 		Config:      qc,
 		Concurrency: o.Concurrency,
@@ -421,6 +428,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	wctx, stopLoops := context.WithCancel(ctx)
 	var loops sync.WaitGroup
 	loops.Go(func() { w.watch.Loop(wctx) })
+	loops.Go(func() { w.sched.run(wctx) })
 	base := "http://" + w.ln.Addr().String()
 	w.log.Info("sluice worker started", "queue", w.policy.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.cfg.Concurrency,
 		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
