@@ -90,7 +90,6 @@ func (s *fleetSeries) lastMinute() (calls, refused int64) {
 	return calls, refused
 }
 
-
 // readFleet reads the fleet's counts of downstreams over the chart's
 // span ending now: one pipeline of two HGETALLs a downstream, its
 // block of now and the one before.
