@@ -432,6 +432,11 @@ func (w *Worker) serve(ctx context.Context) error {
 		for {
 			select {
 			case <-wctx.Done():
+				// The last second's calls count in the fleet's too.
+				fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				all, refused := w.responsesByDownstream()
+				w.flushFleet(fctx, time.Now(), all, refused)
+				cancel()
 				return
 			case now := <-tick.C:
 				all, refused := w.responsesByDownstream()
