@@ -194,7 +194,10 @@ func (w *Worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	v.MoreAsleep = max(v.Stats.Sleeping-int64(len(v.Sleepers)), 0)
 	v.Backlogs, v.Looked, err = w.producer.Backlogs(ctx, lim.Top, lim.Look)
 	errs = append(errs, err)
-	w.tenantBuckets(ctx, v.Downstreams, v.Sleepers, v.Backlogs, cmp.Or(lim.Buckets, defaultPageLimits.Buckets))
+	budget := cmp.Or(lim.Buckets, defaultPageLimits.Buckets)
+	marks, err := w.producer.Marked(ctx, budget)
+	errs = append(errs, err)
+	w.tenantBuckets(ctx, v.Downstreams, marks, v.Sleepers, v.Backlogs, budget)
 	if err := errors.Join(errs...); err != nil {
 		v.Err = err.Error()
 	}
@@ -203,12 +206,13 @@ func (w *Worker) pageView(ctx context.Context, lim pageLimits) pageView {
 
 // tenantBuckets reads, for the per_tenant downstreams of rows, at most
 // budget tenants' buckets, taking turns among the downstreams: first
-// the asleep tenants whose reason names the downstream (the paused and
-// the busy, soonest to wake first), then the tenants with the largest
-// backlogs. Which downstream a backlog's jobs call is not known without
+// the tenants' keys that workers marked full (queue.Producer.Marked:
+// the busiest and the paused, furthest first), then the asleep tenants
+// whose reason names the downstream (soonest to wake first), then the
+// tenants with the largest backlogs. Which downstream a backlog's jobs call is not known without
 // reading them, so some of those buckets may be idle: they are counted,
 // not listed.
-func (w *Worker) tenantBuckets(ctx context.Context, rows []pageDownstream, sleepers []queue.Sleeper, backlogs []queue.Backlog, budget int) {
+func (w *Worker) tenantBuckets(ctx context.Context, rows []pageDownstream, marks []queue.Mark, sleepers []queue.Sleeper, backlogs []queue.Backlog, budget int) {
 	type cand struct{ tenant, why string }
 	var per []int
 	queues := map[int][]cand{}
@@ -217,9 +221,20 @@ func (w *Worker) tenantBuckets(ctx context.Context, rows []pageDownstream, sleep
 			continue
 		}
 		per = append(per, i)
-		seen := map[string]bool{}
+		seen, why := map[string]bool{}, map[string]string{}
 		for _, s := range sleepers {
-			if namesDownstream(s.Why, row.Name) && !seen[s.Tenant] {
+			if namesDownstream(s.Why, row.Name) {
+				why[s.Tenant] = cmp.Or(why[s.Tenant], s.Why)
+			}
+		}
+		for _, m := range marks {
+			if m.Downstream == row.Name && m.Tenant != "" && !seen[m.Tenant] {
+				seen[m.Tenant] = true
+				queues[i] = append(queues[i], cand{m.Tenant, cmp.Or(why[m.Tenant], "its key marked full by a worker until "+clockText(m.Until))})
+			}
+		}
+		for _, s := range sleepers {
+			if why[s.Tenant] != "" && !seen[s.Tenant] {
 				seen[s.Tenant] = true
 				queues[i] = append(queues[i], cand{s.Tenant, s.Why})
 			}

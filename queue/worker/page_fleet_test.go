@@ -106,6 +106,15 @@ func TestPageTenantBuckets(t *testing.T) {
 	if _, err := w.th.Backoff(ctx, "feeds/acme", feeds, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// zeta has no jobs waiting and is not asleep, but a worker marked its
+	// key full (as a put-back does, queue_claim.lua): its bucket is read
+	// first.
+	if _, err := w.th.Backoff(ctx, "feeds/zeta", feeds, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ZAdd(ctx, "sluice:q:full:{pageq}", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMicro()), Member: "feeds/=zeta"}).Err(); err != nil {
+		t.Fatal(err)
+	}
 	for range 15 {
 		if _, err := w.th.Reserve(ctx, "feeds/globex", feeds, 1); err != nil {
 			t.Fatal(err)
@@ -133,12 +142,13 @@ func TestPageTenantBuckets(t *testing.T) {
 		return pageDownstream{}
 	}
 	d := row(pageLimits{Top: 5, Look: 100, Sleepers: 5})
-	if len(d.Tenants) != 2 || d.Idle != 1 || d.Tenants[0].Tenant != "acme" || d.Tenants[0].State.Paused() == 0 ||
-		d.Tenants[1].Tenant != "globex" || d.Tenants[1].State.Next == 0 {
-		t.Fatalf("feeds: %+v; want acme paused, then globex busy, and initech idle", d)
+	if len(d.Tenants) != 3 || d.Idle != 1 || d.Tenants[0].Tenant != "acme" || d.Tenants[0].State.Paused() == 0 ||
+		d.Tenants[1].Tenant != "zeta" || d.Tenants[1].State.Paused() == 0 || !strings.HasPrefix(d.Tenants[1].Why, "its key marked full") ||
+		d.Tenants[2].Tenant != "globex" || d.Tenants[2].State.Next == 0 {
+		t.Fatalf("feeds: %+v; want acme paused (10 min), zeta paused (5 min, marked), then globex busy, and initech idle", d)
 	}
-	if d := row(pageLimits{Top: 5, Look: 100, Sleepers: 5, Buckets: 1}); len(d.Tenants)+d.Idle != 1 || d.Tenants[0].Tenant != "acme" {
-		t.Fatalf("feeds with one bucket to read: %+v; want acme's alone", d)
+	if d := row(pageLimits{Top: 5, Look: 100, Sleepers: 5, Buckets: 1}); len(d.Tenants)+d.Idle != 1 || d.Tenants[0].Tenant != "zeta" {
+		t.Fatalf("feeds with one bucket to read: %+v; want the marked zeta's alone", d)
 	}
 	if d := row(pageLimits{Top: 5, Look: 100, Sleepers: 5, Buckets: -1}); len(d.Tenants)+d.Idle != 0 {
 		t.Fatalf("feeds with no bucket to read: %+v; want none read", d)
@@ -147,7 +157,7 @@ func TestPageTenantBuckets(t *testing.T) {
 	if err := pageTmpl.Execute(&b, w.pageView(ctx, pageLimits{Top: 5, Look: 100, Sleepers: 5})); err != nil {
 		t.Fatal(err)
 	}
-	if body := b.String(); !strings.Contains(body, "a bucket per tenant: 2 paused or busy, 1 idle among 3 read") ||
+	if body := b.String(); !strings.Contains(body, "a bucket per tenant: 3 paused or busy, 1 idle among 4 read") ||
 		!strings.Contains(body, "<tr><td>acme</td>") {
 		t.Fatalf("the page does not list feeds' buckets:\n%s", body)
 	}
