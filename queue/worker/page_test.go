@@ -1,8 +1,10 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -26,8 +28,9 @@ import (
 )
 
 // pagePolicy is the policy of the page's tests: a paced downstream with a
-// concurrency cap, one that the built-in HTTP job calls at BASE, and one
-// with a bucket per tenant.
+// concurrency cap, one that the built-in HTTP job calls at BASE, one
+// with a bucket per tenant, and one of tokens a minute with a request
+// rate beside.
 const pagePolicy = `queue:
   name: pageq
   bound: 100000
@@ -46,6 +49,10 @@ downstreams:
     rate: 10
     per: 1s
     per_tenant: true
+  llm:
+    rate: 3000
+    per: 1m
+    also: [{rate: 2, per: 1s, burst: 40}]
 `
 
 func writePolicy(t *testing.T, text string) (string, *policy.Config) {
@@ -117,7 +124,7 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 	var count commandCounter
 	client.AddHook(&count)
 	_, cfg := writePolicy(t, strings.Replace(pagePolicy, "BASE", "http://127.0.0.1:9", 1))
-	lim := pageLimits{Top: 5, Look: 100, Sleepers: 5}
+	lim := pageLimits{Top: 5, Look: 100, Sleepers: 5, Buckets: 4}
 	w := startedWorker(t, cfg, client, lim)
 	qc := cfg.QueueConfig()
 	p, err := queue.NewProducer(client, &qc)
@@ -147,11 +154,14 @@ func TestPageIsBoundedByWhatItReads(t *testing.T) {
 	small, n1, s1 := view()
 	add(300, 3000)
 	large, n2, s2 := view()
-	// Per view: Stats' 5, Sleepers' at most 2, two States of 3 (the
-	// per-tenant downstream has none), and Backlogs: a few SSCANs (as
-	// many as the set's layout takes to return Look members), an LLEN for
-	// each tenant looked at, a LINDEX for each hashed id listed.
-	most := int64(5 + 2 + 2*3 + lim.Look/256 + 8 + lim.Look + lim.Top)
+	// Per view: Stats' 5, Sleepers' at most 2, three States of 3 (the
+	// per-tenant downstream has none) and two HGETALLs of fleet counts
+	// for each of the four downstreams, Backlogs: a few SSCANs (as many
+	// as the set's layout takes to return Look members), an LLEN for each
+	// tenant looked at, a LINDEX for each hashed id listed; and a State
+	// of 3 for each of lim.Buckets tenants' buckets of the per-tenant
+	// one, found with Marked's at most 2.
+	most := int64(5 + 2 + 3*3 + 4*2 + lim.Look/256 + 8 + lim.Look + lim.Top + 2 + 3*lim.Buckets)
 	if n1-s1 != n2-s2 || n1 > most || n2 > most {
 		t.Fatalf("commands per view: %d (%d SSCANs and LINDEXes) with 300 tenants, %d (%d) with 3,000; want the same but those, at most %d",
 			n1, s1, n2, s2, most)
@@ -229,6 +239,10 @@ func TestPageInBrowser(t *testing.T) {
 	if _, err := th.Backoff(ctx, "api", api.Limit, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	feeds := cfg.Downstreams["feeds"]
+	if _, err := th.Backoff(ctx, "feeds/hooli", feeds.Limit, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	lease, err := th.Acquire(ctx, "api", *api.Concurrency)
 	if err != nil {
 		t.Fatal(err)
@@ -240,9 +254,10 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	acme := "<b>acme</b> & co"
-	jobs := []queue.Job{{Tenant: acme}, {Tenant: acme}, {Tenant: acme}, {Tenant: "globex"}, {Tenant: "globex"}, {Tenant: "initech"}}
+	jobs := []queue.Job{{Tenant: acme}, {Tenant: acme}, {Tenant: acme}, {Tenant: "globex"}, {Tenant: "globex"}, {Tenant: "initech"},
+		{Tenant: "hooli", Downstream: "feeds"}}
 	for _, j := range jobs {
-		j.Type, j.Downstream = "x", "api"
+		j.Type, j.Downstream = "x", cmp.Or(j.Downstream, "api")
 		if _, err := p.Enqueue(ctx, j); err != nil {
 			t.Fatal(err)
 		}
@@ -251,10 +266,26 @@ func TestPageInBrowser(t *testing.T) {
 		Payload: []byte(`{"url":"` + fake.URL + `/orders","method":"POST"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 20*time.Second, "four tenants asleep", func() bool {
+	waitUntil(t, 20*time.Second, "five tenants asleep", func() bool {
 		st, err := p.Stats(ctx)
-		return err == nil && st.Sleeping == 4
+		return err == nil && st.Sleeping == 5
 	})
+	hooliState, err := th.State(ctx, "feeds/hooli", feeds.Limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page *http.Response
+	waitUntil(t, 10*time.Second, "the fleet's count of shop's 429 on the page", func() bool {
+		if page, err = http.Get("http://" + addr + "/"); err != nil {
+			return false
+		}
+		defer page.Body.Close()
+		body, _ := io.ReadAll(page.Body)
+		return strings.Contains(string(body), `<span class="dim">fleet</span> 1 · 1`)
+	})
+	if csp := page.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "default-src 'none'; style-src 'sha256-") {
+		t.Errorf("Content-Security-Policy: %q", csp)
+	}
 	apiState, err := th.State(ctx, "api", api.Limit)
 	if err != nil {
 		t.Fatal(err)
@@ -293,13 +324,26 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	want("#downstreams",
 		"api\t50 per 1s, burst 5\t", "paused until "+clockText(apiState.PausedUntil), "1 of 4", "ceiling",
-		"shop\t2 per 1s\t", "paused until "+clockText(shopState.PausedUntil), "1 · 1",
-		"feeds\t10 per 1s\ta bucket per tenant")
+		"shop\t2 per 1s\t", "paused until "+clockText(shopState.PausedUntil), "this worker 1 · 1\nfleet 1 · 1",
+		"feeds\t10 per 1s\ta bucket per tenant: 1 paused or busy",
+		"hooli\t", " per 1s (9", "paused until "+clockText(hooliState.PausedUntil), "pause: downstream feeds is paused",
+		"llm\t3000 per 1m; 2 per 1s, burst 40\t3000 per 1m\n(100.0%)")
 	want("#asleep",
 		acme+"\t", "pause: downstream api is paused",
-		"globex\t", "initech\t", "umbrella\t", "rescheduled: HTTP 429 from "+strings.TrimPrefix(fake.URL, "http://"))
+		"globex\t", "initech\t", "umbrella\t", "hooli\t", "rescheduled: HTTP 429 from "+strings.TrimPrefix(fake.URL, "http://"))
 	want("#backlogs", "tenant\tjobs\n"+acme+"\t3\nglobex\t2\n")
-	want("#depth", "7 of 100000 jobs waiting")
+	want("#depth", "8 of 100000 jobs waiting")
+	// The chart of every downstream, the limit's line on the three with
+	// one bucket, a 429's mark on shop's; and the page's style applies
+	// under its CSP.
+	charts := `[...document.querySelectorAll("svg.chart")].map(s => s.querySelectorAll("polyline.calls").length + "," +
+		s.querySelectorAll("line.limit").length + "," + s.querySelectorAll("line.r429").length).join(" ")`
+	if got, err := chromedp.Run(bctx, chromedp.Evaluate[string](charts)); err != nil || got != "1,1,0 1,0,0 1,1,0 1,1,1" {
+		t.Errorf("charts (polyline, limit, 429 marks) of api, feeds, llm, shop: %q (%v)", got, err)
+	}
+	if c, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector(".paused")).color`)); err != nil || c != "rgb(187, 0, 0)" {
+		t.Errorf("a pause's color: %q (%v); the page's style did not apply under its CSP", c, err)
+	}
 	if n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("td b, td script").length`)); err != nil || n != 0 {
 		t.Errorf("a tenant's name made %d elements (%v): not escaped", n, err)
 	}
@@ -371,8 +415,9 @@ func TestPageBoundsDownstreams(t *testing.T) {
 		t.Fatalf("GET /: %d", rec.Code)
 	}
 	// Stats' 5, Sleepers' at most 2, Backlogs' few on an empty queue,
-	// and 3 for each downstream listed.
-	if most := int64(5 + 2 + 8 + 3*lim.Downstreams); n > most {
+	// Marked's at most 2, and 3 (its State) and 2 (its fleet counts) for
+	// each downstream listed.
+	if most := int64(5 + 2 + 8 + 2 + 5*lim.Downstreams); n > most {
 		t.Fatalf("%d commands for a view with 1,000 downstreams; want at most %d", n, most)
 	}
 	rows := strings.Count(body, "<td>api-")

@@ -156,6 +156,7 @@ type Worker struct {
 	ln          net.Listener
 	watch       *redisconn.Watch
 	calls       callCounts // for the page
+	fleet       fleetFlush // what this worker added to the fleet's counts
 	downstreams []string   // the policy's downstreams' names, sorted, for the page
 	closers     []func()   // what start opened, undone in reverse
 }
@@ -439,10 +440,18 @@ func (w *Worker) serve(ctx context.Context) error {
 		for {
 			select {
 			case <-wctx.Done():
+				// The last second's calls count in the fleet's too.
+				fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				all, refused := w.responsesByDownstream()
+				w.flushFleet(fctx, time.Now(), all, refused)
+				cancel()
 				return
 			case now := <-tick.C:
 				all, refused := w.responsesByDownstream()
 				w.calls.sample(now, all, refused)
+				if err := w.flushFleet(wctx, now, all, refused); err != nil && wctx.Err() == nil {
+					w.log.Debug("sluice: the page's fleet counts", "err", err)
+				}
 			}
 		}
 	})
