@@ -50,7 +50,7 @@ func (s State) Paused() time.Duration {
 // clock and the leases still held. A key never used reads as a full
 // share, no pause and no leases.
 func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, error) {
-	lim.MaxWait = -1 // the script answers a slot later than now with its delay as the retry
+	lim.MaxWait = NoWait // the script answers a slot later than now with its delay as the retry
 	c, err := lim.compile()
 	if err != nil {
 		return State{}, err

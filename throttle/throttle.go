@@ -33,8 +33,12 @@ const (
 	// DefaultPrefix starts every key a Throttle writes.
 	DefaultPrefix = "sluice:th"
 	// DefaultMaxWait is the longest a reserved slot may be away when
-	// Limit.MaxWait is zero.
+	// Limit.MaxWait is zero (unset).
 	DefaultMaxWait = 10 * time.Second
+	// NoWait, as Limit.MaxWait, takes only a slot that is due now: a call
+	// that would have to wait is not given one. Any negative MaxWait
+	// means the same; the policy file spells it max_wait: none.
+	NoWait time.Duration = -1
 	// DefaultGuard is Limit.Guard when it is zero: enough for the few to
 	// tens of milliseconds by which a burst's calls, sent in a rush,
 	// reach the API later than the paced calls after them.
@@ -67,8 +71,8 @@ type Limit struct {
 	// negative means none. It applies to the buckets of Also as well.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
-	// later is not given one. Default DefaultMaxWait; negative means only
-	// a slot that is due now.
+	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;
+	// NoWait (or any negative value) means only a slot that is due now.
 	MaxWait time.Duration
 	// Also lists at most MaxAlso further rates the key must keep to, for
 	// APIs that state several limits (10 a second and 1,000 an hour). A
@@ -79,7 +83,7 @@ type Limit struct {
 
 // WaitLimit is how long a call may wait under l, for its slot or for a
 // concurrency lease: MaxWait, DefaultMaxWait when it is zero, and no wait
-// at all when it is negative.
+// at all when it is negative (NoWait).
 func (l Limit) WaitLimit() time.Duration {
 	if l.MaxWait == 0 {
 		return DefaultMaxWait
@@ -391,7 +395,7 @@ func (t *Throttle) Peek(ctx context.Context, key string, lim Limit, n int64) (Re
 
 // Allow books a slot only if it is due now.
 func (t *Throttle) Allow(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
-	lim.MaxWait = -1
+	lim.MaxWait = NoWait
 	return t.reserve(ctx, key, lim, n, true)
 }
 
