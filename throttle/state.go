@@ -11,8 +11,8 @@ import (
 // State is what Redis holds for one key, read without changing it: for a
 // page or a command that shows an operator how the fleet paces the key.
 type State struct {
-	// Now is the clock the scripts decide on (the Redis server's TIME,
-	// or Options.Clock), at the read.
+	// Now is the clock the scripts decide on (the Redis server's TIME)
+	// at the read.
 	Now time.Time
 	// Share is the part of the Limit's rate the fleet paces at now, from
 	// 0 to 1: 1 until the downstream refuses a call (Backoff), then lower,

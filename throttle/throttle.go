@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/ratio"
 	"github.com/sluicehq/sluice/internal/scripts"
@@ -231,13 +232,19 @@ type Options struct {
 	Metrics *Metrics
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
-	// Clock, when set, replaces the Redis server's clock in the scripts;
-	// waits still sleep in real time. Only for tests and simulations.
-	Clock func() time.Time
 	// Subscribe, when true, listens through Redis pub/sub for pauses and
 	// lease releases by other processes, and wakes this process's waiters
 	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
+
+	// clock, when set, replaces the Redis server's clock in the scripts;
+	// waits still sleep in real time. Set by this package's tests, and by
+	// the module's others through internal/clockhook.
+	clock func() time.Time
+}
+
+func init() {
+	clockhook.Register(func(o *Options, now func() time.Time) { o.clock = now })
 }
 
 // Throttle paces calls per key across every process that shares its
@@ -272,7 +279,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	}
 	t := &Throttle{
 		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
-		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
+		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.clock,
 		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
 		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
 		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
