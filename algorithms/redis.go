@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -22,10 +23,15 @@ type RedisOptions struct {
 	// Prefix starts every key name; default DefaultPrefix. Limiters of the
 	// same algorithm and prefix share each key's state.
 	Prefix string
-	// Clock, when set, replaces the Redis server's clock: only for tests
-	// and simulations. Keys written with it live an hour longer than
-	// needed.
-	Clock func() time.Time
+
+	// clock, when set, replaces the Redis server's clock. Keys written
+	// with it live an hour longer than needed. Set by this package's
+	// tests, and by the module's benchmarks through internal/clockhook.
+	clock func() time.Time
+}
+
+func init() {
+	clockhook.Register(func(o *RedisOptions, now func() time.Time) { o.clock = now })
 }
 
 // Redis is a Limiter whose state lives in Redis, shared by every process
@@ -57,7 +63,7 @@ func NewRedis(client redis.Scripter, p Policy, opts *RedisOptions) (*Redis, erro
 		opts = &RedisOptions{}
 	}
 	return &Redis{p: p, c: c, client: client, script: scripts.Admit[string(p.Algorithm)], kind: impls[p.Algorithm].kind,
-		prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.Clock}, nil
+		prefix: cmp.Or(opts.Prefix, DefaultPrefix), clock: opts.clock}, nil
 }
 
 // Policy returns the policy r enforces.

@@ -59,7 +59,7 @@ func targets() []target {
 			client: client,
 			new: func(t *testing.T, p Policy, clock func() time.Time) Limiter {
 				t.Helper()
-				l, err := NewRedis(client(t), p, &RedisOptions{Prefix: redistest.KeyPrefix(t) + "rl", Clock: clock})
+				l, err := NewRedis(client(t), p, &RedisOptions{Prefix: redistest.KeyPrefix(t) + "rl", clock: clock})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -20,7 +20,8 @@ import (
 // API answers 429 with "Retry-After: 30", the Transport pauses the key for
 // every worker sharing the Redis, and the next request fails at once with
 // a *throttle.TooFarError instead of reaching the API. The throttle decides
-// on a clock held still (Options.Clock), so the pause reads exactly 30s.
+// on the Redis server's clock, which the embedded Redis holds still, so
+// the pause reads exactly 30s.
 func ExampleTransport() {
 	api := downstreamtest.NewServer(downstreamtest.Config{Rate: 100})
 	defer api.Close()
@@ -32,8 +33,8 @@ func ExampleTransport() {
 	defer m.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer rdb.Close()
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	th, err := throttle.New(rdb, &throttle.Options{Clock: func() time.Time { return now }})
+	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	th, err := throttle.New(rdb, nil)
 	if err != nil {
 		panic(err)
 	}

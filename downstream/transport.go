@@ -73,8 +73,9 @@ type Transport struct {
 	// sleeps for the slot or a pause), and holds it, extended in the
 	// background, until the response body is closed (close it); a lease
 	// that cannot be extended ends the request (throttle.Lease.Keep).
-	// When every lease is held, the request waits up to Limit.MaxWait
-	// for one, woken as soon as one is given back
+	// When every lease is held, the request waits up to
+	// Limit.WaitLimit() (MaxWait, 10s when unset, none with NoWait) for
+	// one, woken as soon as one is given back
 	// (throttle.Throttle.WaitAcquire).
 	Concurrency *throttle.Concurrency
 	// Key returns the throttle key of a request; default the request's

@@ -78,7 +78,7 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 	th := newThrottle(t)
 	// MaxWait -1: a request that finds the slot leased does not wait; a
 	// burst of 10 keeps its pace slot due now, so that the lease decides.
-	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, Burst: 10, MaxWait: -1}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
+	tr := &Transport{Throttle: th, Limit: throttle.Limit{Rate: 1000, Burst: 10, MaxWait: throttle.NoWait}, Concurrency: &throttle.Concurrency{Max: 1, Lease: time.Minute}}
 	client := &http.Client{Transport: tr}
 	resp, err := client.Get(fake.URL())
 	if err != nil {

@@ -292,7 +292,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 	})
 }
 
-// fakeClock is a Config.Clock that tests move forward.
+// fakeClock is a Config.clock that tests move forward.
 type fakeClock struct{ offset atomic.Int64 }
 
 func (c *fakeClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
@@ -308,7 +308,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 100)
 		clock := &fakeClock{}
-		cfg.Clock = clock.now
+		cfg.clock = clock.now
 		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 // the admission decision (when to retry), a *QueueFullError the depth and
 // the bound. Here tenant "acme" may enqueue 2 jobs a minute, and the queue
 // holds at most 3 jobs that have not started. The admission decisions are
-// taken on a clock held still (Config.Clock).
+// taken on the Redis server's clock, which the embedded Redis holds still.
 func ExampleProducer_Enqueue() {
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
@@ -33,7 +33,7 @@ func ExampleProducer_Enqueue() {
 	defer rdb.Close()
 
 	perMinute := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 2, Period: time.Minute}
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	p, err := queue.NewProducer(rdb, &queue.Config{
 		Queue: "emails",
 		Bound: 3,
@@ -43,7 +43,6 @@ func ExampleProducer_Enqueue() {
 			}
 			return queue.TenantPolicy{} // admitted without a policy
 		},
-		Clock: func() time.Time { return now },
 	})
 	if err != nil {
 		panic(err)
@@ -179,11 +178,10 @@ func ExampleHTTPHandler() {
 	defer rdb.Close()
 
 	perMinute := algorithms.Policy{Algorithm: algorithms.FixedWindow, Limit: 1, Period: time.Minute}
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	m.SetTime(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	p, err := queue.NewProducer(rdb, &queue.Config{
 		Bound:   100,
 		Tenants: func(string) queue.TenantPolicy { return queue.TenantPolicy{Admission: &perMinute} },
-		Clock:   func() time.Time { return now },
 	})
 	if err != nil {
 		panic(err)

@@ -58,7 +58,7 @@ func TestJobsForLater(t *testing.T) {
 		t0 := clock.Now()
 		cfg := testConfig(t, 100)
 		cfg.TenantBound = 3
-		cfg.Clock = clock.Now
+		cfg.clock = clock.Now
 		p, err := NewProducer(client, &cfg)
 		if err != nil {
 			t.Fatal(err)

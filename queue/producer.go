@@ -78,9 +78,10 @@ type Config struct {
 	// evicted key is a lost job, a drifting counter or a broken quota:
 	// without it Enqueue refuses with a *RedisEvictsError.
 	AllowEviction bool
-	// Clock, when set, replaces the Redis server's clock in the scripts.
-	// Only for tests.
-	Clock func() time.Time
+
+	// clock, when set, replaces the Redis server's clock in the scripts.
+	// Only this package's tests set it.
+	clock func() time.Time
 }
 
 func (c *Config) fill() error {
@@ -119,10 +120,10 @@ func (c *Config) fill() error {
 }
 
 func (c *Config) now() string {
-	if c.Clock == nil {
+	if c.clock == nil {
 		return ""
 	}
-	return strconv.FormatInt(c.Clock().UnixMicro(), 10)
+	return strconv.FormatInt(c.clock().UnixMicro(), 10)
 }
 
 // Producer admits jobs and adds them to the waiting room. Safe for
@@ -246,8 +247,8 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	}
 	job.nonce = randomHex(8)
 	job.enqueuedAt = time.Now().UTC()
-	if p.cfg.Clock != nil {
-		job.enqueuedAt = p.cfg.Clock().UTC()
+	if p.cfg.clock != nil {
+		job.enqueuedAt = p.cfg.clock().UTC()
 	}
 	job.retried, job.moves = 0, 0
 	tp := p.cfg.Tenants(job.Tenant)

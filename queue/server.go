@@ -56,7 +56,7 @@ const DefaultMaxRefusals = 10
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	// Config names the waiting room (Queue, Prefix; Clock for tests).
+	// Config names the waiting room (Queue, Prefix).
 	Config
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.

@@ -12,15 +12,17 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// exampleRedis starts an embedded Redis and a client on it; stop closes
-// both.
-func exampleRedis() (rdb *redis.Client, stop func()) {
-	m := miniredis.NewMiniRedis()
+// exampleRedis starts an embedded Redis, its clock held still at now
+// (the throttle decides on the Redis server's clock), and a client on it;
+// stop closes both.
+func exampleRedis(now time.Time) (m *miniredis.Miniredis, rdb *redis.Client, stop func()) {
+	m = miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
 		panic(err)
 	}
+	m.SetTime(now)
 	rdb = redis.NewClient(&redis.Options{Addr: m.Addr()})
-	return rdb, func() {
+	return m, rdb, func() {
 		rdb.Close()
 		m.Close()
 	}
@@ -29,13 +31,13 @@ func exampleRedis() (rdb *redis.Client, stop func()) {
 // Ten calls a second, evenly spaced: each Reserve books the next slot of
 // the key and says how long to sleep before calling. A slot further away
 // than MaxWait is not booked; the caller learns when to come back. The
-// decisions are taken on a clock the example sets by hand (Options.Clock);
-// without it they are taken on the Redis server's clock.
+// decisions are taken on the Redis server's clock, which this example's
+// embedded Redis holds still and moves by hand.
 func ExampleThrottle_Reserve() {
-	rdb, stop := exampleRedis()
-	defer stop()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	th, err := throttle.New(rdb, &throttle.Options{Clock: func() time.Time { return now }})
+	m, rdb, stop := exampleRedis(now)
+	defer stop()
+	th, err := throttle.New(rdb, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +52,7 @@ func ExampleThrottle_Reserve() {
 		}
 		fmt.Println(r) // a real caller sleeps r.Delay, then calls
 	}
-	now = now.Add(time.Second)
+	m.SetTime(now.Add(time.Second))
 	r, _ := th.Reserve(ctx, "payments", lim, 1)
 	fmt.Println("a second later:", r)
 	// Output:
@@ -67,10 +69,10 @@ func ExampleThrottle_Reserve() {
 // interval: 50ms), more than its MaxWait, so Wait returns a *TooFarError
 // at once instead of sleeping.
 func ExampleThrottle_Wait() {
-	rdb, stop := exampleRedis()
-	defer stop()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	th, err := throttle.New(rdb, &throttle.Options{Clock: func() time.Time { return now }})
+	_, rdb, stop := exampleRedis(now)
+	defer stop()
+	th, err := throttle.New(rdb, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -98,16 +100,16 @@ func ExampleThrottle_Wait() {
 
 // After a 429 with "Retry-After: 30", Pause stops every worker that shares
 // the Redis from calling the key for 30 seconds. When the pause ends (on
-// the clock the example sets by hand), calls resume one interval apart
+// the Redis server's clock, which the example moves by hand), calls resume one interval apart
 // rather than all at once, even with a Burst: Wait sleeps each caller
 // until its slot, the first not at all. A call that has to wait for room,
 // and the calls after the one that fills the bucket, keep its guard
 // (Limit.Guard: 50ms here).
 func ExampleThrottle_Pause() {
-	rdb, stop := exampleRedis()
-	defer stop()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	th, err := throttle.New(rdb, &throttle.Options{Clock: func() time.Time { return now }})
+	m, rdb, stop := exampleRedis(now)
+	defer stop()
+	th, err := throttle.New(rdb, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -127,7 +129,7 @@ func ExampleThrottle_Pause() {
 		fmt.Printf("during the pause: paused %v more, retry after %v\n", far.Paused, far.RetryAfter)
 	}
 
-	now = now.Add(30 * time.Second)
+	m.SetTime(now.Add(30 * time.Second))
 	for range 3 {
 		r, err := th.Wait(ctx, "shop:acme", lim, 1)
 		if err != nil {

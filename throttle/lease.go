@@ -426,7 +426,7 @@ func (r *releaseLine) set(key string, line []chan struct{}) {
 }
 
 // InUse returns how many leases of key are held now, fleet-wide (on
-// Redis's clock, or Options.Clock).
+// Redis's clock).
 func (t *Throttle) InUse(ctx context.Context, key string) (int64, error) {
 	k, err := t.key("conc", key)
 	if err != nil {

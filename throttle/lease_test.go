@@ -75,7 +75,7 @@ func TestWaitAcquireGivesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		var busy *BusyError
-		if _, _, err := th.WaitAcquire(ctx, "api", Limit{Rate: 1000, MaxWait: -1}, 1, c); !errors.As(err, &busy) || busy.InUse != 1 {
+		if _, _, err := th.WaitAcquire(ctx, "api", Limit{Rate: 1000, MaxWait: NoWait}, 1, c); !errors.As(err, &busy) || busy.InUse != 1 {
 			t.Fatalf("wait none: %v; want busy", err)
 		}
 		if _, _, err := th.WaitAcquire(ctx, "api", Limit{Rate: 1000, MaxWait: 50 * ms}, 1, c); !errors.As(err, &busy) {
@@ -90,7 +90,7 @@ func TestWaitAcquireGivesUp(t *testing.T) {
 			t.Fatalf("%d keys still have callers in line after every wait ended", n)
 		}
 		// Every slot booked was given back: the next is due now.
-		if r, err := th.Peek(ctx, "api", Limit{Rate: 1000, MaxWait: -1}, 1); err != nil || !r.OK || r.Delay != 0 {
+		if r, err := th.Peek(ctx, "api", Limit{Rate: 1000, MaxWait: NoWait}, 1); err != nil || !r.OK || r.Delay != 0 {
 			t.Fatalf("peek after the waits: %+v, %v; want a slot due now", r, err)
 		}
 	})

@@ -93,7 +93,7 @@ func knowsPause(th *Throttle, key string) bool {
 	return e != pauseEnd{}
 }
 
-// TestWaitAfterAPauseOnTheInjectedClock: with Options.Clock, a pause ends
+// TestWaitAfterAPauseOnTheInjectedClock: with a test clock (Options.clock), a pause ends
 // when that clock passes its end. Once it has, Wait takes the first slot
 // at once: it does not book slots and throw them away until the pause
 // would have ended in real time.

@@ -11,8 +11,8 @@ import (
 // State is what Redis holds for one key, read without changing it: for a
 // page or a command that shows an operator how the fleet paces the key.
 type State struct {
-	// Now is the clock the scripts decide on (the Redis server's TIME,
-	// or Options.Clock), at the read.
+	// Now is the clock the scripts decide on (the Redis server's TIME)
+	// at the read.
 	Now time.Time
 	// Share is the part of the Limit's rate the fleet paces at now, from
 	// 0 to 1: 1 until the downstream refuses a call (Backoff), then lower,
@@ -50,7 +50,7 @@ func (s State) Paused() time.Duration {
 // clock and the leases still held. A key never used reads as a full
 // share, no pause and no leases.
 func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, error) {
-	lim.MaxWait = -1 // the script answers a slot later than now with its delay as the retry
+	lim.MaxWait = NoWait // the script answers a slot later than now with its delay as the retry
 	c, err := lim.compile()
 	if err != nil {
 		return State{}, err

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/ratio"
 	"github.com/sluicehq/sluice/internal/scripts"
@@ -33,8 +34,12 @@ const (
 	// DefaultPrefix starts every key a Throttle writes.
 	DefaultPrefix = "sluice:th"
 	// DefaultMaxWait is the longest a reserved slot may be away when
-	// Limit.MaxWait is zero.
+	// Limit.MaxWait is zero (unset).
 	DefaultMaxWait = 10 * time.Second
+	// NoWait, as Limit.MaxWait, takes only a slot that is due now: a call
+	// that would have to wait is not given one. Any negative MaxWait
+	// means the same; the policy file spells it max_wait: none.
+	NoWait time.Duration = -1
 	// DefaultGuard is Limit.Guard when it is zero: enough for the few to
 	// tens of milliseconds by which a burst's calls, sent in a rush,
 	// reach the API later than the paced calls after them.
@@ -67,8 +72,8 @@ type Limit struct {
 	// negative means none. It applies to the buckets of Also as well.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
-	// later is not given one. Default DefaultMaxWait; negative means only
-	// a slot that is due now.
+	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;
+	// NoWait (or any negative value) means only a slot that is due now.
 	MaxWait time.Duration
 	// Also lists at most MaxAlso further rates the key must keep to, for
 	// APIs that state several limits (10 a second and 1,000 an hour). A
@@ -79,7 +84,7 @@ type Limit struct {
 
 // WaitLimit is how long a call may wait under l, for its slot or for a
 // concurrency lease: MaxWait, DefaultMaxWait when it is zero, and no wait
-// at all when it is negative.
+// at all when it is negative (NoWait).
 func (l Limit) WaitLimit() time.Duration {
 	if l.MaxWait == 0 {
 		return DefaultMaxWait
@@ -227,13 +232,19 @@ type Options struct {
 	Metrics *Metrics
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
-	// Clock, when set, replaces the Redis server's clock in the scripts;
-	// waits still sleep in real time. Only for tests and simulations.
-	Clock func() time.Time
 	// Subscribe, when true, listens through Redis pub/sub for pauses and
 	// lease releases by other processes, and wakes this process's waiters
 	// at once. Default off in the library; cmd/worker turns it on.
 	Subscribe bool
+
+	// clock, when set, replaces the Redis server's clock in the scripts;
+	// waits still sleep in real time. Set by this package's tests, and by
+	// the module's others through internal/clockhook.
+	clock func() time.Time
+}
+
+func init() {
+	clockhook.Register(func(o *Options, now func() time.Time) { o.clock = now })
 }
 
 // Throttle paces calls per key across every process that shares its
@@ -268,7 +279,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	}
 	t := &Throttle{
 		client: client, prefix: cmp.Or(opts.Prefix, DefaultPrefix), metrics: opts.Metrics,
-		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.Clock,
+		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.clock,
 		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
 		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
 		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
@@ -391,7 +402,7 @@ func (t *Throttle) Peek(ctx context.Context, key string, lim Limit, n int64) (Re
 
 // Allow books a slot only if it is due now.
 func (t *Throttle) Allow(ctx context.Context, key string, lim Limit, n int64) (Reservation, error) {
-	lim.MaxWait = -1
+	lim.MaxWait = NoWait
 	return t.reserve(ctx, key, lim, n, true)
 }
 

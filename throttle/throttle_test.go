@@ -51,7 +51,7 @@ func newThrottle(t *testing.T, client redis.UniversalClient, clock func() time.T
 		o.Prefix = redistest.KeyPrefix(t) + "th"
 	}
 	if clock != nil {
-		o.Clock = clock
+		o.clock = clock
 	}
 	th, err := New(client, &o)
 	if err != nil {

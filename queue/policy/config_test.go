@@ -86,7 +86,7 @@ func TestEveryField(t *testing.T) {
 		"    rate: 40",
 		"    per: 1m",
 		"    burst: 5",
-		"    max_wait: 0s",
+		"    max_wait: none",
 		"    concurrency: 3",
 		"    lease: 2m",
 		"    per_tenant: true",
@@ -109,7 +109,7 @@ func TestEveryField(t *testing.T) {
 	if got := d.BaseURL.String(); got != "https://shop.example.com/admin/api/" {
 		t.Errorf("BaseURL = %s", got)
 	}
-	if !reflect.DeepEqual(d.Limit, throttle.Limit{Name: "shop.api", Rate: 40, Per: time.Minute, Burst: 5, MaxWait: -1}) {
+	if !reflect.DeepEqual(d.Limit, throttle.Limit{Name: "shop.api", Rate: 40, Per: time.Minute, Burst: 5, MaxWait: throttle.NoWait}) {
 		t.Errorf("Limit = %+v", d.Limit)
 	}
 	if d.Concurrency == nil || *d.Concurrency != (throttle.Concurrency{Name: "shop.api", Max: 3, Lease: 2 * time.Minute}) {
@@ -348,8 +348,10 @@ func TestErrors(t *testing.T) {
 		{"per negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    per: -1s"), []string{"line 5:10: downstreams.s.per: must not be negative, got -1s"}},
 		{"burst zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    burst: 0"), []string{"line 5:12: downstreams.s.burst: must be at least 1, got 0"}},
 		{"burst too fine", doc(q, "downstreams:", "  s:", "    rate: 1", "    per: 8784h", "    burst: 1099511627776"), []string{"line 6:12: downstreams.s.burst: 1099511627776 units at 1 per 8784h0m0s is too fine-grained"}},
-		{"max_wait negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: -1s"), []string{"line 5:15: downstreams.s.max_wait: must not be negative, got -1s"}},
-		{"max_wait huge", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: 25h"), []string{"line 5:15: downstreams.s.max_wait: must be between 0s and 24h0m0s, got 25h0m0s"}},
+		{"max_wait negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: -1s"), []string{"line 5:15: downstreams.s.max_wait: must not be negative, got -1s; or none, for only a slot due now"}},
+		{"max_wait huge", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: 25h"), []string{"line 5:15: downstreams.s.max_wait: must be between 1ms and 24h0m0s, or none for only a slot due now (leave it out for the default 10s), got 25h0m0s"}},
+		{"max_wait zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: 0s"), []string{"line 5:15: downstreams.s.max_wait: must be between 1ms and 24h0m0s, or none for only a slot due now (leave it out for the default 10s), got 0s"}},
+		{"max_wait garbage", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_wait: never"), []string{"line 5:15: downstreams.s.max_wait: must be a duration such as \"10s\", \"500ms\" or \"1m30s\", got the string \"never\"; or none, for only a slot due now"}},
 		{"max_refusals zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    max_refusals: 0"), []string{"line 5:19: downstreams.s.max_refusals: must be at least 1, got 0"}},
 		{"concurrency negative", doc(q, "downstreams:", "  s:", "    rate: 1", "    concurrency: -1"), []string{"line 5:18: downstreams.s.concurrency: must be at least 0, got -1"}},
 		{"lease zero", doc(q, "downstreams:", "  s:", "    rate: 1", "    concurrency: 1", "    lease: 0s"), []string{"line 6:12: downstreams.s.lease: must be between 100ms and 24h0m0s, got 0s"}},
@@ -652,7 +654,7 @@ func TestDocsExample(t *testing.T) {
 		if d, err := cfg.DownstreamForTenant("example", "https://example.myshopify.com/admin/api/2024-01/orders.json?limit=5"); err != nil || d.Name != "shopify" {
 			t.Errorf("DownstreamFor(shopify order) = %v, %v", d.Name, err)
 		}
-		if d, err := cfg.DownstreamFor("https://hooks.partner.example:8443/in/42"); err != nil || d.Name != "webhooks" || d.Limit.MaxWait >= 0 {
+		if d, err := cfg.DownstreamFor("https://hooks.partner.example:8443/in/42"); err != nil || d.Name != "webhooks" || d.Limit.MaxWait != throttle.NoWait {
 			t.Errorf("DownstreamFor(webhook) = %+v, %v", d, err)
 		}
 		if p := cfg.Downstreams["payments"]; p.BaseURL != nil {
@@ -721,5 +723,29 @@ func TestDownstreamHeaders(t *testing.T) {
 		if err != nil && (strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "X-Evil")) {
 			t.Errorf("%q: the error shows a variable's value: %v", tt.line, err)
 		}
+	}
+}
+
+// TestMaxWaitInTheFile: max_wait means what throttle.Limit.MaxWait means.
+// Left out, the Limit has DefaultMaxWait (10s), which is also what Go's
+// zero MaxWait means; none is throttle.NoWait; a duration is itself; a
+// written 0s, which Go would read as the default and a reader might take
+// for no wait, is refused.
+func TestMaxWaitInTheFile(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want time.Duration
+	}{{"", throttle.DefaultMaxWait}, {"    max_wait: none", throttle.NoWait}, {"    max_wait: \" none \"", throttle.NoWait}, {"    max_wait: 2500ms", 2500 * time.Millisecond}, {"    max_wait: 24h", 24 * time.Hour}} {
+		cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  s:", "    rate: 1", c.line))
+		lim := cfg.Downstreams["s"].Limit
+		if lim.MaxWait != c.want {
+			t.Errorf("%q: MaxWait = %v, want %v", c.line, lim.MaxWait, c.want)
+		}
+		if c.want == throttle.NoWait && lim.WaitLimit() != 0 || c.want == throttle.DefaultMaxWait && lim.WaitLimit() != 10*time.Second {
+			t.Errorf("%q: WaitLimit = %v", c.line, lim.WaitLimit())
+		}
+	}
+	if _, err := Parse(doc("queue: {bound: 1}", "downstreams:", "  s:", "    rate: 1", "    max_wait: 0s")); err == nil {
+		t.Errorf("max_wait: 0s parsed; want it refused")
 	}
 }

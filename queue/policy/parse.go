@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/names"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // A policy file is read in three steps. The YAML library parses it into a
@@ -58,7 +59,7 @@ type downstreamFile struct {
 	Per         time.Duration   `yaml:"per"`
 	Burst       int64           `yaml:"burst"`
 	Also        []rateFile      `yaml:"also"`
-	MaxWait     time.Duration   `yaml:"max_wait"`
+	MaxWait     waitDuration    `yaml:"max_wait"`
 	Concurrency int64           `yaml:"concurrency"`
 	Lease       time.Duration   `yaml:"lease"`
 	PerTenant   bool            `yaml:"per_tenant"`
@@ -94,6 +95,10 @@ func (b byteSize) String() string { // for the limits, 1B and 64MiB
 	return fmt.Sprintf("%dB", int64(b))
 }
 
+// waitDuration is max_wait: a duration, or none (read as -1) for only a
+// slot that is due now, as throttle.NoWait in Go.
+type waitDuration time.Duration
+
 // entries is a mapping from names to T, in the order of the file.
 type entries[T any] []entry[T]
 
@@ -112,6 +117,7 @@ func (e *entries[T]) add(name string) reflect.Value {
 var (
 	durationType = reflect.TypeFor[time.Duration]()
 	sizeType     = reflect.TypeFor[byteSize]()
+	waitType     = reflect.TypeFor[waitDuration]()
 )
 
 // place is a key and its value in the file (for an item of a list, the
@@ -381,6 +387,12 @@ func (p *parser) scalar(n *yaml.Node, v reflect.Value, path string) bool {
 		v.SetBool(strings.ToLower(n.Value) == "true")
 	case t == durationType:
 		x, err = readDuration(n)
+	case t == waitType && tag == "!!str" && strings.TrimSpace(n.Value) == "none":
+		x = int64(throttle.NoWait)
+	case t == waitType:
+		if x, err = readDuration(n); err != nil {
+			err = fmt.Errorf("%w; or none, for only a slot due now", err)
+		}
 	case t == sizeType:
 		x, err = readSize(n)
 	case tag != "!!int" && tag != "!!float":

@@ -223,8 +223,16 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 		}
 		d.Limit.Also = append(d.Limit.Also, rate)
 	}
-	if inRange(p, path+".max_wait", df.MaxWait, 0, MaxDuration) {
-		d.Limit.MaxWait = cmp.Or(df.MaxWait, -1) // 0s: only a slot due now
+	// max_wait means what Limit.MaxWait means, but for 0s: Go's zero is
+	// "unset, the default", which a file says by leaving the key out; a
+	// written 0s is refused rather than read as either 10s or no wait.
+	if n := p.value(path + ".max_wait"); n != nil && df.MaxWait < 0 {
+		d.Limit.MaxWait = throttle.NoWait
+	} else if n != nil && (df.MaxWait < waitDuration(time.Millisecond) || df.MaxWait > waitDuration(MaxDuration)) {
+		p.add(n, path+".max_wait", nil, "must be between 1ms and %v, or none for only a slot due now (leave it out for the default %v), got %v",
+			MaxDuration, throttle.DefaultMaxWait, time.Duration(df.MaxWait))
+	} else if n != nil {
+		d.Limit.MaxWait = time.Duration(df.MaxWait)
 	}
 	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
 	inRange(p, path+".lease", df.Lease, throttle.MinLease, MaxDuration)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -15,15 +16,12 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // shopSlots books calls slots of one per-tenant key at Shopify's rate (2
 // a second) with the given burst and guard (throttle.Limit.Guard), through throttle's reserve script on a
 // real redis-server, every booking made at the same instant of the
-// scripts' clock (Options.Clock), as a backlog of a tenant's jobs does when
+// scripts' clock (set through internal/clockhook), as a backlog of a tenant's jobs does when
 // the workers start. It returns each slot's offset from that instant.
 func shopSlots(t *testing.T, burst int64, guard time.Duration, calls int) []time.Duration {
 	t.Helper()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	th, err := throttle.New(redistest.Shared(t), &throttle.Options{
-		Prefix: redistest.KeyPrefix(t) + "th",
-		Clock:  func() time.Time { return t0 },
-	})
+	th, err := throttle.New(redistest.Shared(t), clockhook.Set(&throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"}, func() time.Time { return t0 }))
 	if err != nil {
 		t.Fatal(err)
 	}

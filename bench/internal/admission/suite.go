@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 	"github.com/sluicehq/sluice/bench/internal/sysstat"
+	"github.com/sluicehq/sluice/internal/clockhook"
 )
 
 // Config configures RunSuite. Zero fields take the defaults in brackets.
@@ -227,7 +228,7 @@ func RunSuite(ctx context.Context, client *redis.Client, cfg Config) (*Report, e
 	memIDs := KeyIDs(cfg.MemoryKeys)
 	// The same policies and scripts, but decided on the client's clock, so
 	// that the bucket keys outlive their 1ms TTL; see MeasureKeyMemory.
-	memTargets, err := Targets(client, &algorithms.RedisOptions{Prefix: "bench:mem", Clock: time.Now})
+	memTargets, err := Targets(client, clockhook.Set(&algorithms.RedisOptions{Prefix: "bench:mem"}, time.Now))
 	if err != nil {
 		return nil, err
 	}
