@@ -346,13 +346,14 @@ type Reservation struct {
 	// from 0 to 1: below 1 after Backoff, climbing back to 1 over time.
 	Share float64
 
-	key     string
-	n       int64
-	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
-	queued  bool  // booked on Redis: tats are set
-	booked  time.Time
-	compile compiled
-	slot    int64 // the slot, in µs on the scripts' clock
+	key       string
+	n         int64
+	tats      []tat // each bucket's, the Limit's own and then Also's, to cancel r
+	queued    bool  // booked on Redis: tats are set
+	localBook bool  // booked by the local fallback
+	booked    time.Time
+	compile   compiled
+	slot      int64 // the slot, in µs on the scripts' clock
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the
