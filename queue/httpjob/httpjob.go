@@ -74,6 +74,11 @@ type Request struct {
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
 //
+// When the downstream names where its responses report a call's real cost
+// (queue.Downstream.CostFrom: policy's cost_from), the slot the worker
+// booked at the job's Units is settled to it (queue.Settle), whatever the
+// status; a response that does not report it leaves the estimate booked.
+//
 // Delivery is at least once, so each request carries IdempotencyHeader
 // (the header of Stripe and of the IETF httpapi draft).
 //
