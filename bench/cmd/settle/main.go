@@ -26,6 +26,7 @@
 // 429s.
 //
 //	go run ./cmd/settle -duration 60s
+//	go run ./cmd/settle -duration 60s -off below
 package main
 
 import (
@@ -63,15 +64,20 @@ func main() {
 		latency  = flag.Duration("latency", 300*time.Millisecond, "the API's answer time")
 		duration = flag.Duration("duration", 60*time.Second, "how long each approach runs (both at once)")
 		seed     = flag.Uint64("seed", 1, "seed of the real costs")
+		off      = flag.String("off", "either", "how the real cost is off the estimate, 2 to 8 times: either way (\"either\"), \"below\" (an estimate such as max_tokens) or \"above\"")
 	)
 	flag.Parse()
-	if err := run(*quota, *apiBurst, *burst, *estimate, *workers, *latency, *duration, *seed); err != nil {
+	if *off != "either" && *off != "below" && *off != "above" {
+		fmt.Fprintf(os.Stderr, "settle: -off must be either, below or above, got %q\n", *off)
+		os.Exit(2)
+	}
+	if err := run(*quota, *apiBurst, *burst, *estimate, *workers, *latency, *duration, *seed, *off); err != nil {
 		fmt.Fprintln(os.Stderr, "settle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(quota, apiBurst, burst, estimate int64, workers int, latency, duration time.Duration, seed uint64) error {
+func run(quota, apiBurst, burst, estimate int64, workers int, latency, duration time.Duration, seed uint64, off string) error {
 	srv, stop, err := redistest.Launch(redistest.Config{})
 	if err != nil {
 		return err
@@ -92,7 +98,7 @@ func run(quota, apiBurst, burst, estimate int64, workers int, latency, duration 
 	var wg sync.WaitGroup
 	errs := make(chan error, len(approaches))
 	for i, a := range approaches {
-		ap, err := startAPI(quota, apiBurst, estimate, latency, seed) // the same costs for both
+		ap, err := startAPI(quota, apiBurst, estimate, latency, seed, off) // the same costs for both
 		if err != nil {
 			return err
 		}
@@ -112,8 +118,8 @@ func run(quota, apiBurst, burst, estimate int64, workers int, latency, duration 
 		}
 	}
 	ceiling := float64(quota)*duration.Minutes() + float64(apiBurst)
-	fmt.Printf("API: %d tokens a minute, tolerance %d; estimate %d tokens a call, real 2-8x off; %d workers, %v latency, %v\n\n",
-		quota, apiBurst, estimate, workers, latency, duration)
+	fmt.Printf("API: %d tokens a minute, tolerance %d; estimate %d tokens a call, real 2-8x off (%s); %d workers, %v latency, %v\n\n",
+		quota, apiBurst, estimate, off, workers, latency, duration)
 	fmt.Println("| approach | tokens admitted | of what the API allows | calls | 429s |")
 	fmt.Println("| --- | --- | --- | --- | --- |")
 	for i, a := range approaches {
@@ -185,6 +191,7 @@ type api struct {
 	close    func()
 	quota    int64 // tokens a minute
 	estimate float64
+	off      string // either, below, above
 	tol      time.Duration
 	latency  time.Duration
 
@@ -196,12 +203,12 @@ type api struct {
 	refused int64
 }
 
-func startAPI(quota, burst, estimate int64, latency time.Duration, seed uint64) (*api, error) {
+func startAPI(quota, burst, estimate int64, latency time.Duration, seed uint64, off string) (*api, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	a := &api{quota: quota, estimate: float64(estimate), latency: latency, rng: rand.New(rand.NewPCG(seed, 7)),
+	a := &api{quota: quota, estimate: float64(estimate), off: off, latency: latency, rng: rand.New(rand.NewPCG(seed, 7)),
 		tol: time.Duration(float64(burst) / float64(quota) * float64(time.Minute))}
 	hs := &http.Server{Handler: a}
 	go hs.Serve(ln)
@@ -225,7 +232,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u := 1 + 2*a.rng.Float64() // 2 to 8 times off, either way
-	if a.rng.IntN(2) == 0 {
+	if a.off == "below" || a.off == "either" && a.rng.IntN(2) == 0 {
 		u = -u
 	}
 	cost := int64(math.Round(a.estimate * math.Pow(2, u)))
