@@ -23,6 +23,7 @@ type EnqueueRequest struct {
 	Payload    json.RawMessage `json:"payload,omitempty"` // any JSON value, stored as its text
 	Downstream string          `json:"downstream,omitempty"`
 	Cost       int64           `json:"cost,omitempty"`
+	Units      int64           `json:"units,omitempty"` // Job.Units
 	MaxRetry   int             `json:"max_retry,omitempty"`
 	Timeout    string          `json:"timeout,omitempty"` // a Go duration, e.g. "30s"
 	// RunAt is when the job becomes due, RFC 3339 ("2026-11-27T09:00:00Z");

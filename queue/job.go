@@ -74,9 +74,17 @@ type Job struct {
 	// Downstream names the throttled API the job calls, if any: its slot
 	// is taken before the handler runs.
 	Downstream string `json:"downstream,omitempty"`
-	// Cost is the job's weight for admission and for the throttle
-	// (APIs that charge points per call). Default 1; at most MaxCost.
+	// Cost is the job's weight for its tenant's admission, and for the
+	// downstream's throttle unless Units is set. Default 1; at most
+	// MaxCost.
 	Cost int64 `json:"cost,omitempty"`
+	// Units is what the job's call books on its downstream's throttle
+	// (tokens, query points), when that differs from Cost: so that a
+	// tenant admitted at "60 jobs a minute" (Cost 1) can call an API
+	// limited in tokens a minute (Units: the call's estimate). Zero: Cost.
+	// At most MaxCost. When the call reports its real cost, the handler
+	// settles the slot to it (Settle).
+	Units int64 `json:"units,omitempty"`
 	// MaxRetry is how many times a failing job is retried (asynq's
 	// MaxRetry). Throttling never spends one. Default 25; -1 means none;
 	// at most math.MaxInt32-1 (asynq holds an int32, and the queue hands
@@ -222,6 +230,10 @@ func (j *Job) validate(maxPayload int) error {
 		return invalid("cost must not be negative, got %d", j.Cost)
 	case j.Cost > MaxCost:
 		return invalid("cost must be at most %d (the largest limit or burst a policy may have), got %d", int64(MaxCost), j.Cost)
+	case j.Units < 0:
+		return invalid("units must not be negative, got %d", j.Units)
+	case j.Units > MaxCost:
+		return invalid("units must be at most %d (the largest limit or burst a policy may have), got %d", int64(MaxCost), j.Units)
 	case j.MaxRetry < -1:
 		return invalid("max_retry must be -1 (none) or more, got %d", j.MaxRetry)
 	case j.MaxRetry > math.MaxInt32-1:
@@ -237,6 +249,15 @@ func (j *Job) validate(maxPayload int) error {
 }
 
 func (j *Job) cost() int64 { return max(j.Cost, 1) }
+
+// units is what the job books on its downstream's throttle: Units, else
+// its cost.
+func (j *Job) units() int64 {
+	if j.Units > 0 {
+		return j.Units
+	}
+	return j.cost()
+}
 
 // maxRetry is MaxRetry as asynq takes it: 25 by default, 0 for none.
 func (j *Job) maxRetry() int {

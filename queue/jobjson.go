@@ -26,7 +26,7 @@ func ParseJob(data []byte) (Job, error) {
 	if err := json.Unmarshal(data, &req); err != nil {
 		return Job{}, invalid("%v", err)
 	}
-	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Payload: []byte(req.Payload), Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry}
+	job := Job{ID: req.ID, Tenant: req.Tenant, Type: req.Type, Payload: []byte(req.Payload), Downstream: req.Downstream, Cost: req.Cost, Units: req.Units, MaxRetry: req.MaxRetry}
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)
 		if err != nil {

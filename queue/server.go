@@ -45,6 +45,9 @@ type Downstream struct {
 	// its rate (a handler's Refused: the built-in HTTP job's 429 or 503)
 	// before the job is archived; 0 means DefaultMaxRefusals.
 	MaxRefusals int
+	// CostFrom, when set, is where the built-in HTTP job reads the call's
+	// real cost in the response, to settle its slot (Settle).
+	CostFrom CostFrom
 }
 
 // DefaultMaxRefusals is a Downstream's MaxRefusals unless it sets one:
@@ -256,7 +259,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.cost())
+		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
@@ -265,6 +268,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		if err != nil {
 			return s.throttleError(job, err)
 		}
+		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
 		if d.Concurrency != nil {
 			// The lease is taken once the slot is due, so that a job asleep
 			// for its slot or a pause holds none; it is kept (extended)

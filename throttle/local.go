@@ -62,6 +62,7 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, 
 	}
 	r.OK, r.Delay = true, delay
 	if book {
+		r.localBook = true
 		full := next.Sub(now.Add(delay)) > time.Duration(c.burst)*iv-guard
 		g := guard > 0 && (guarded || full)
 		l.tats[key] = localTAT{tat: next, guarded: g, guardEnd: next.Add(guard)}

@@ -17,6 +17,7 @@ type Metrics struct {
 	lost         *prometheus.CounterVec
 	rate         *prometheus.GaugeVec
 	slowdowns    *prometheus.CounterVec
+	settled      *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors (docs/throttle.md lists them) and
@@ -53,8 +54,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_throttle_slowdowns_total",
 			Help: "Steps down of the fleet's pace set by this process after the downstream refused a call.",
 		}, []string{"throttle"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_throttle_settled_units_total",
+			Help: "Units corrected by Settle once calls reported their real cost, of the Limit's own rate: refund (estimated but not used) or debt (used beyond the estimate).",
+		}, []string{"throttle", "kind"}),
 	}
-	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.lost, m.rate, m.slowdowns); err != nil {
+	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.lost, m.rate, m.slowdowns, m.settled); err != nil {
 		return nil, err
 	}
 	return m, nil

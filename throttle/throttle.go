@@ -3,7 +3,8 @@
 // A Throttle shares one GCRA bucket per key in Redis (the leaky bucket as a
 // queue). Allow takes a slot only if it is due now, Reserve books the next
 // one and says how long to wait, Wait books and sleeps, as in
-// golang.org/x/time/rate. Pause and Backoff stop the fleet calling a key for
+// golang.org/x/time/rate. Settle corrects a booking to the call's real
+// cost once the call reports it. Pause and Backoff stop the fleet calling a key for
 // a while; Acquire leases one of a fixed number of concurrency slots. Every
 // decision is one Lua script on the Redis server's clock. Without Redis a
 // Throttle fails closed unless Options.Fallback is set. docs/throttle.md
@@ -357,13 +358,14 @@ type Reservation struct {
 	// from 0 to 1: below 1 after Backoff, climbing back to 1 over time.
 	Share float64
 
-	key     string
-	n       int64
-	tats    []tat // each bucket's, the Limit's own and then Also's, to cancel r
-	queued  bool  // booked on Redis: tats are set
-	booked  time.Time
-	compile compiled
-	slot    int64 // the slot, in µs on the scripts' clock
+	key       string
+	n         int64
+	tats      []tat // each bucket's, the Limit's own and then Also's, to cancel r
+	queued    bool  // booked on Redis: tats are set
+	localBook bool  // booked by the local fallback
+	booked    time.Time
+	compile   compiled
+	slot      int64 // the slot, in µs on the scripts' clock
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, and the

@@ -40,6 +40,7 @@ var Admit = map[string]*redis.Script{}
 var (
 	ThrottleReserve = script("throttle_reserve")
 	ThrottleCancel  = script("throttle_cancel")
+	ThrottleSettle  = script("throttle_settle")
 	ThrottlePause   = script("throttle_pause")
 	ThrottleAcquire = script("throttle_acquire")
 	ThrottleRelease = redis.NewScript(src("throttle_release"))

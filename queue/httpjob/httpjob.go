@@ -15,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +73,11 @@ type Request struct {
 //   - other 5xx and network errors: retried with backoff;
 //   - other 4xx: archived, with the status and the start of the body in
 //     the error.
+//
+// When the downstream names where its responses report a call's real cost
+// (queue.Downstream.CostFrom: policy's cost_from), the slot the worker
+// booked at the job's Units is settled to it (queue.Settle), whatever the
+// status; a response that does not report it leaves the estimate booked.
 //
 // Delivery is at least once, so each request carries IdempotencyHeader
 // (the header of Stripe and of the IETF httpapi draft).
@@ -160,8 +167,19 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		return fmt.Errorf("sluice: %s job %s to %s: %w", Type, job.ID, hr.URL.Host, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512)) // for the error
+	head := 512 // for the error
+	if len(target.CostFrom.JSON) > 0 {
+		head = queue.MaxCostBody
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(head)))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if actual, ok := ReadCost(target.CostFrom, resp.Header, body); ok {
+		// The worker booked the job's units before the handler ran: give
+		// back what the call did not use, or book what it overran. Should
+		// Redis fail now, the estimate stands.
+		_ = queue.Settle(ctx, actual)
+	}
+	snippet := body[:min(len(body), 512)]
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
@@ -175,6 +193,67 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	default:
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", Type, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
 	}
+}
+
+// ReadCost returns the call's real cost where c says the response
+// reports it: a header field, or a path into body, a JSON document (or
+// its start); false when c is zero or the response does not hold a whole
+// number of at least 0 there (then the estimate stands).
+func ReadCost(c queue.CostFrom, header http.Header, body []byte) (int64, bool) {
+	switch {
+	case c.Header != "":
+		v := strings.TrimSpace(header.Get(c.Header))
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			return n, true
+		}
+	case len(c.JSON) > 0:
+		return jsonCost(json.NewDecoder(bytes.NewReader(body)), c.JSON)
+	}
+	return 0, false
+}
+
+// jsonCost walks d, at the start of a value, down path and reads the
+// number there. It decodes only what lies before the number, so that a
+// body cut at queue.MaxCostBody after it still serves.
+func jsonCost(d *json.Decoder, path []string) (int64, bool) {
+	d.UseNumber()
+	for _, key := range path {
+		if t, err := d.Token(); err != nil || t != json.Delim('{') {
+			return 0, false
+		}
+		for {
+			t, err := d.Token()
+			if err != nil || t == json.Delim('}') {
+				return 0, false
+			}
+			if k, _ := t.(string); k == key {
+				break
+			}
+			var skip json.RawMessage
+			if d.Decode(&skip) != nil {
+				return 0, false
+			}
+		}
+	}
+	t, err := d.Token()
+	if err != nil {
+		return 0, false
+	}
+	num, ok := t.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	if n, err := num.Int64(); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return n, true
+	}
+	f, err := num.Float64() // 1.2e3, 1200.0
+	if err != nil || f < 0 || f != math.Trunc(f) || f > math.MaxInt64/2 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 // scoped returns key, given by job's payload, inside job's tenant's

@@ -26,8 +26,8 @@ const maxTypesShown = 20
 // CheckJob refuses a job that the workers of this policy could never run,
 // so that the producer says so at enqueue instead of a worker archiving
 // the job later (queue.Config.Check; QueueConfig sets it): one naming a
-// downstream the file does not have, or whose cost is above the burst of
-// its downstream or of an also rate that counts the cost; a built-in HTTP
+// downstream the file does not have, or whose cost (its Units, when set)
+// is above the burst of its downstream or of an also rate that counts the cost; a built-in HTTP
 // job whose request httpjob.ParseRequest refuses or whose url ResolveHTTP
 // refuses; and, when the file lists queue.types, one of a type it does
 // not list (ErrUnknownType), which would only wait in the queue and be
@@ -50,15 +50,19 @@ func (c *Config) CheckJob(job *queue.Job) error {
 	if err != nil {
 		return err
 	}
-	cost := max(job.Cost, 1)
+	// What the call books on the downstream: its units, else its cost.
+	cost, what := max(job.Cost, 1), "cost"
+	if job.Units > 0 {
+		cost, what = job.Units, "units"
+	}
 	if burst := max(d.Limit.Burst, 1); cost > burst {
-		return fmt.Errorf("cost %d exceeds downstream %q's burst of %d, so no slot could ever hold it: %w",
-			cost, d.Name, burst, algorithms.ErrCostExceedsCapacity)
+		return fmt.Errorf("%s %d exceeds downstream %q's burst of %d, so no slot could ever hold it: %w",
+			what, cost, d.Name, burst, algorithms.ErrCostExceedsCapacity)
 	}
 	for i, r := range d.Limit.Also {
 		if burst := max(r.Burst, 1); r.Counts == throttle.CountsCost && cost > burst {
-			return fmt.Errorf("cost %d exceeds the burst of %d of downstream %q's also[%d] (%v), so no slot could ever hold it: %w",
-				cost, burst, d.Name, i, r, algorithms.ErrCostExceedsCapacity)
+			return fmt.Errorf("%s %d exceeds the burst of %d of downstream %q's also[%d] (%v), so no slot could ever hold it: %w",
+				what, cost, burst, d.Name, i, r, algorithms.ErrCostExceedsCapacity)
 		}
 	}
 	return nil

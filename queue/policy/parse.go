@@ -66,6 +66,7 @@ type downstreamFile struct {
 	Timeout     time.Duration   `yaml:"timeout"`
 	Headers     entries[string] `yaml:"headers"`
 	MaxRefusals int64           `yaml:"max_refusals"`
+	CostFrom    string          `yaml:"cost_from"`
 }
 
 type rateFile struct {

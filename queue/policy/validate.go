@@ -243,6 +243,13 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 	if p.has(path + ".headers") {
 		d.Headers = p.headers(df.Headers, path+".headers")
 	}
+	if n := p.value(path + ".cost_from"); n != nil {
+		cf, err := queue.ParseCostFrom(df.CostFrom)
+		if err != nil {
+			p.add(n, path+".cost_from", err, "%s", strings.TrimPrefix(err.Error(), queue.ErrCostFrom.Error()+": "))
+		}
+		d.CostFrom = cf
+	}
 	if df.Concurrency > 0 {
 		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: cmp.Or(df.Lease, throttle.DefaultLease)}
 	}
