@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -23,7 +24,7 @@ func TestSettleFromResponse(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
 	now := time.UnixMicro(1_700_000_000_000_000)
-	th, err := throttle.New(c, &throttle.Options{Clock: func() time.Time { return now }})
+	th, err := throttle.New(c, clockhook.Set(&throttle.Options{}, func() time.Time { return now }))
 	if err != nil {
 		t.Fatal(err)
 	}
