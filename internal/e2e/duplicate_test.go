@@ -54,6 +54,13 @@ downstreams:
 	if err != nil || code != http.StatusAccepted || body.ID != "waits" {
 		t.Fatalf("POST waits of tenant t1: %d %+v %v; want 202, its own job", code, body, err)
 	}
+	// A job is handed to a worker before its slot is known to be an hour
+	// away; its id is free while it is there, until the worker puts it
+	// back (docs/queue.md, Job ids). Both tenants' "waits" are back in the
+	// waiting room, asleep, once stats say so.
+	poll(t, 20*time.Second, func() bool {
+		return strings.Contains(f.enqueue("", "stats").stdout, "2 with jobs, 2 asleep")
+	}, func() string { return "t0's and t1's jobs were not both back in the waiting room: " + f.enqueue("", "stats").stdout })
 	r := f.enqueue("", "-tenant", "t1", "-type", "sluice.http", "-downstream", "api", "-id", "waits",
 		"-payload", fmt.Sprintf(`{"url":"%s/api/jobs/waits"}`, a.URL()))
 	if r.code != 5 || r.stdout != "" || !strings.Contains(r.stderr, "duplicate job") || !strings.Contains(r.stderr, `"waits"`) {
