@@ -60,7 +60,9 @@ downstreams:
 	// waiting room, asleep, once stats say so.
 	poll(t, 20*time.Second, func() bool {
 		return strings.Contains(f.enqueue("", "stats").stdout, "2 with jobs, 2 asleep")
-	}, func() string { return "t0's and t1's jobs were not both back in the waiting room: " + f.enqueue("", "stats").stdout })
+	}, func() string {
+		return "t0's and t1's jobs were not both back in the waiting room: " + f.enqueue("", "stats").stdout
+	})
 	r := f.enqueue("", "-tenant", "t1", "-type", "sluice.http", "-downstream", "api", "-id", "waits",
 		"-payload", fmt.Sprintf(`{"url":"%s/api/jobs/waits"}`, a.URL()))
 	if r.code != 5 || r.stdout != "" || !strings.Contains(r.stderr, "duplicate job") || !strings.Contains(r.stderr, `"waits"`) {
