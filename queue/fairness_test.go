@@ -278,7 +278,7 @@ func TestMarkedKeySkipsEveryTenant(t *testing.T) {
 		}
 		// None of the ten tenants' jobs was handed over (and put back).
 		for i := range 10 {
-			_, list, _ := w.keys.tenant(fmt.Sprintf("t%d", i))
+			_, list, _ := w.shards[0].tenant(fmt.Sprintf("t%d", i))
 			items, err := client.LRange(ctx, list, 0, -1).Result()
 			if err != nil || len(items) != 3 {
 				t.Fatalf("t%d's list: %d jobs, %v", i, len(items), err)
@@ -323,7 +323,7 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 		if st, err := p.Stats(ctx); err != nil || st.Depth-st.HandedOver != 0 {
 			t.Fatalf("stats %+v, %v; want every job handed over", st, err)
 		}
-		if n, err := client.LLen(ctx, s.keys.ring).Result(); err != nil || n < 64 {
+		if n, err := client.LLen(ctx, s.shards[0].ring).Result(); err != nil || n < 64 {
 			t.Fatalf("ring holds %d tenants, %v; want the emptied ones still in it", n, err)
 		}
 		if _, err := p.Enqueue(ctx, Job{Tenant: "z", Type: "x"}); err != nil {

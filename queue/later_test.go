@@ -104,12 +104,12 @@ func TestJobsForLater(t *testing.T) {
 			}
 		}
 		claim()
-		if got := pendingJobs(t, client, s.keys); !slices.Equal(got, []string{"now1", "past"}) {
+		if got := pendingJobs(t, client, s.shards[0]); !slices.Equal(got, []string{"now1", "past"}) {
 			t.Fatalf("handed over %v; want the due jobs now1 and past only", got)
 		}
 		clock.Add(5 * time.Second)
 		claim()
-		if got := pendingJobs(t, client, s.keys); !slices.Equal(got, []string{"now1", "past", "b-late"}) {
+		if got := pendingJobs(t, client, s.shards[0]); !slices.Equal(got, []string{"now1", "past", "b-late"}) {
 			t.Fatalf("handed over %v at 5s; want b-late to follow", got)
 		}
 		// At 9s a due job of a's; at 10s "late" joins a's list behind it.
@@ -119,7 +119,7 @@ func TestJobsForLater(t *testing.T) {
 		}
 		clock.Add(time.Second)
 		claim()
-		if got := pendingJobs(t, client, s.keys); !slices.Equal(got, []string{"now1", "past", "b-late", "now2", "late"}) {
+		if got := pendingJobs(t, client, s.shards[0]); !slices.Equal(got, []string{"now1", "past", "b-late", "now2", "late"}) {
 			t.Fatalf("handed over %v at 10s; want now2, then late", got)
 		}
 		st, err = p.Stats(ctx)

@@ -95,8 +95,6 @@ type Server struct {
 	client redis.UniversalClient
 	cfg    ServerConfig
 	shards shards
-	// keys are the first shard's: the only one of a queue of one shard.
-	keys keys
 	// disp are the dispatchers, one a shard.
 	disp      []*dispatcher
 	retention string   // cfg.Retention, encoded (retentionField)
@@ -145,7 +143,6 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
-	s.keys = s.shards[0]
 	queues := map[string]int{}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
