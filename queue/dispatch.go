@@ -81,11 +81,6 @@ const (
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 32
 
-// dispatchOne runs one claim on the first shard, for tests.
-func (s *Server) dispatchOne(ctx context.Context) (time.Duration, error) {
-	return s.claim(ctx, s.disp[0])
-}
-
 // claim hands a batch of d's shard's jobs to asynq. It returns how long
 // to wait before the next attempt (0: go on at once).
 func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error) {
