@@ -99,10 +99,11 @@ type Server struct {
 	disp      []*dispatcher
 	retention string   // cfg.Retention, encoded (retentionField)
 	metrics   *Metrics // cfg.Metrics, or collectors registered nowhere
-	srv       *asynq.Server
-	log       *slog.Logger
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// srv are asynq's servers, Concurrency shared between them (takers).
+	srv    []*asynq.Server
+	log    *slog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 	// fullRecheck is how long a dispatcher that found the prefetch full
 	// waits for that wake before it looks again.
 	fullRecheck time.Duration
@@ -111,6 +112,17 @@ type Server struct {
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
+}
+
+// takers is how many asynq servers a Server runs for a concurrency: one
+// for every 8 goroutines, at most 8, each with its share. asynq's
+// processor takes its tasks one at a time, one Redis round trip each, so
+// one server caps a process at one task a round trip whatever its
+// concurrency: in the scale benchmark (bench/cmd/scale, nolimit10k: 4
+// processes × 32) a server a process delivered 5,300-5,400 jobs a second
+// and four a process 6,800-8,500 (docs/queue.md, Hand-over).
+func takers(concurrency int) int {
+	return max(1, min(8, (concurrency+7)/8))
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -158,16 +170,19 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil, cfg.Queue)
 	}
-	s.srv = asynq.NewServerFromRedisClient(client, asynq.Config{
-		Concurrency:     cfg.Concurrency,
-		Queues:          queues,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		LogLevel:        asynq.WarnLevel,
-		// The dispatcher keeps asynq's pending list short, so an idle
-		// worker must look again soon, not after asynq's default second.
-		TaskCheckInterval: cfg.PollInterval,
-		IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
-	})
+	n := takers(cfg.Concurrency)
+	for i := range n {
+		s.srv = append(s.srv, asynq.NewServerFromRedisClient(client, asynq.Config{
+			Concurrency:     cfg.Concurrency/n + min(1, max(0, cfg.Concurrency%n-i)),
+			Queues:          queues,
+			ShutdownTimeout: cfg.ShutdownTimeout,
+			LogLevel:        asynq.WarnLevel,
+			// The dispatcher keeps asynq's pending list short, so an idle
+			// worker must look again soon, not after asynq's default second.
+			TaskCheckInterval: cfg.PollInterval,
+			IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
+		}))
+	}
 	return s, nil
 }
 
@@ -187,15 +202,21 @@ func (s *Server) Start(h Handler) error {
 			s.log.Warn("sluice: dispatcher: first claim", "queue", d.keys.queue, "err", err)
 		}
 	}
-	if err := s.srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
+	run := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		if t.Type() == undecodableType { // see handOverUndecodable
 			s.left(ctx)
 			return fmt.Errorf("%w: text found in a tenant's list that is no job", asynq.SkipRetry)
 		}
 		return s.process(ctx, t, h)
-	})); err != nil {
-		cancel()
-		return fmt.Errorf("sluice: starting asynq: %w", err)
+	})
+	for i, srv := range s.srv {
+		if err := srv.Start(run); err != nil {
+			for _, started := range s.srv[:i] {
+				started.Shutdown()
+			}
+			cancel()
+			return fmt.Errorf("sluice: starting asynq: %w", err)
+		}
 	}
 	s.cancel = cancel
 	s.wg.Add(1 + len(s.disp))
@@ -214,7 +235,14 @@ func (s *Server) Shutdown() {
 		s.cancel()
 	}
 	s.wg.Wait()
-	s.srv.Shutdown()
+	// Each asynq server waits up to ShutdownTimeout for its own jobs: all
+	// at once, so that the wait is one ShutdownTimeout, not one a server.
+	var stopping sync.WaitGroup
+	for _, srv := range s.srv {
+		stopping.Add(1)
+		go func() { defer stopping.Done(); srv.Shutdown() }()
+	}
+	stopping.Wait()
 	s.leaseWaits.wg.Wait()
 }
 
