@@ -79,9 +79,11 @@ type ServerConfig struct {
 	// with their results, for asynqmon and the Inspector. Default 0:
 	// deleted on completion, as asynq does.
 	Retention time.Duration
-	// PollInterval is how often an idle dispatcher looks for work, and
-	// asynq's TaskCheckInterval; default 50ms. A job enqueued on an idle
-	// queue waits about one PollInterval (docs/queue.md, The dispatcher).
+	// PollInterval is how often an idle dispatcher looks for work, and how
+	// often an idle process's asynq servers look at their pending list,
+	// between them (each server's TaskCheckInterval is PollInterval times
+	// their number); default 50ms. A job enqueued on an idle queue waits
+	// about one PollInterval (docs/queue.md, The dispatcher).
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -178,8 +180,10 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			LogLevel:        asynq.WarnLevel,
 			// The dispatcher keeps asynq's pending list short, so an idle
-			// worker must look again soon, not after asynq's default second.
-			TaskCheckInterval: cfg.PollInterval,
+			// worker must look again soon, not after asynq's default second;
+			// the servers between them look once a PollInterval, as one
+			// would.
+			TaskCheckInterval: time.Duration(n) * cfg.PollInterval,
 			IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
 		}))
 	}
