@@ -351,3 +351,54 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimTakesWeightedTurnsInOrder: the ring turns by weight across
+// claims, a claim of 5 jobs at a time: tenant a of weight 2, b of 1 and c
+// of 3 are served a a b c c c, and again, whatever claim a run of turns
+// falls in (c's third turn comes at the start of the second claim).
+func TestClaimTakesWeightedTurnsInOrder(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 1000)
+		weights := map[string]int{"a": 2, "b": 1, "c": 3}
+		cfg.Tenants = func(tenant string) TenantPolicy { return TenantPolicy{Weight: weights[tenant]} }
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 12; i++ {
+			for _, tenant := range []string{"a", "b", "c"} {
+				if _, err := p.Enqueue(ctx, Job{ID: tenant + strconv.Itoa(i), Tenant: tenant, Type: "x"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := s.shards[0]
+		var got []string
+		for claim := 0; claim < 4; claim++ {
+			if _, err := s.dispatchOne(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := client.LRange(ctx, k.asynqPending, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// LPUSHed: the first handed over is the last in the list.
+			for i := len(ids) - 1; i >= 0; i-- {
+				_, scoped, _ := strings.Cut(ids[i], "/")
+				got = append(got, scoped[:1])
+			}
+			// The workers take them.
+			if err := client.Del(ctx, k.asynqPending).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := "aabcccaabcccaabcccaa"; strings.Join(got, "") != want {
+			t.Fatalf("turns %s; want %s", strings.Join(got, ""), want)
+		}
+	})
+}

@@ -99,71 +99,94 @@ local weights, weighted = {}, redis.call('HLEN', KEYS[4]) > 0
 -- it), so a claim still serves them all in turn, a command a tenant
 -- rather than a job.
 local q = math.max(1, math.floor(room / math.max(1, redis.call('LLEN', KEYS[1]))))
+-- The ring turns a chunk at a time: the claim pops the tenants it expects
+-- to serve from the head in one command and, when it is done with them,
+-- pushes those that still have work to the tail in one command (and what
+-- it did not reach back to the head), in the order the tenants took their
+-- turns. So a claim costs two commands of the ring, not one a tenant.
+local chunk, at, served = {}, 1, {}
+local function ring_back()
+  local unseen = {}
+  for i = #chunk, at, -1 do unseen[#unseen + 1] = chunk[i] end
+  if #unseen > 0 then redis.call('LPUSH', KEYS[1], unpack(unseen)) end
+  if #served > 0 then redis.call('RPUSH', KEYS[1], unpack(served)) end
+  chunk, at, served = {}, 1, {}
+end
 while n < room and empties < 32 do
-  -- The head tenant takes its turn: rotated to the tail at once, and back
-  -- to the head if its weight gives it more turns.
-  local tenant = redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
-  if not tenant then break end
+  if at > #chunk then
+    -- Served tenants go to the tail first, so a short ring comes round
+    -- again in the same claim, as it would turn by turn.
+    ring_back()
+    chunk = redis.call('LPOP', KEYS[1], room - n) or {}
+    if #chunk == 0 then break end
+  end
+  local tenant = chunk[at]
+  at = at + 1
   local list = ARGV[2] .. tenant
-  local got = redis.call('LPOP', list, math.min(q, room - n))
-  if not got then
-    empties = empties + 1
-    redis.call('RPOP', KEYS[1])
-    redis.call('SREM', KEYS[3], tenant)
-    if weighted then
-      redis.call('HDEL', KEYS[4], tenant)
-      redis.call('HDEL', KEYS[5], tenant)
-    end
-  else
-    -- Hand the jobs over in order up to the first that is no entry or
-    -- whose throttle key is marked full; that one and those behind it go
-    -- back to the head of the list.
-    local stop, junk, wake
-    for i, h in ipairs(got) do
-      local task, class, msg = read(h)
-      if not task then
-        stop, junk = i, true
-        break
+  -- The tenant takes its turn, and more while its weight gives it more.
+  local again = true
+  while again and n < room do
+    again = false
+    local got = redis.call('LPOP', list, math.min(q, room - n))
+    if not got then
+      empties = empties + 1
+      redis.call('SREM', KEYS[3], tenant)
+      if weighted then
+        redis.call('HDEL', KEYS[4], tenant)
+        redis.call('HDEL', KEYS[5], tenant)
       end
-      wake = marked and until_of(tenant, h)
-      if wake then
-        stop = i
-        break
-      end
-      hand_over(H, task, class, msg, now)
-      n = n + 1
-    end
-    if stop then
-      local back = {}
-      for j = #got, stop, -1 do back[#back + 1] = got[j] end
-      redis.call('LPUSH', list, unpack(back))
-    end
-    if junk then
-      redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
-      flush(H)
-      return {'junk', tenant, got[stop]}
-    end
-    if wake then
-      -- Asleep until the mark ends: out of the ring (it is at the tail).
-      redis.call('RPOP', KEYS[1])
-      redis.call('ZADD', KEYS[2], int(wake), tenant)
-      redis.call('HSET', KEYS[10], tenant, string.sub(tenant, 2) .. '\tslot: its downstream is full or paused (marked by a worker)')
     else
-      local weight = weights[tenant]
-      if not weight then
-        weight = weighted and tonumber(redis.call('HGET', KEYS[4], tenant) or '1') or 1
-        weights[tenant] = weight
-      end
-      if weight > 1 then
-        if redis.call('HINCRBY', KEYS[5], tenant, 1) < weight then
-          redis.call('LMOVE', KEYS[1], KEYS[1], 'RIGHT', 'LEFT')
-        else
-          redis.call('HDEL', KEYS[5], tenant)
+      -- Hand the jobs over in order up to the first that is no entry or
+      -- whose throttle key is marked full; that one and those behind it go
+      -- back to the head of the list.
+      local stop, junk, wake
+      for i, h in ipairs(got) do
+        local task, class, msg = read(h)
+        if not task then
+          stop, junk = i, true
+          break
         end
+        wake = marked and until_of(tenant, h)
+        if wake then
+          stop = i
+          break
+        end
+        hand_over(H, task, class, msg, now)
+        n = n + 1
+      end
+      if stop then
+        local back = {}
+        for j = #got, stop, -1 do back[#back + 1] = got[j] end
+        redis.call('LPUSH', list, unpack(back))
+      end
+      if junk then
+        -- The tenant stays at the head of the ring.
+        at = at - 1
+        ring_back()
+        flush(H)
+        return {'junk', tenant, got[stop]}
+      end
+      if wake then
+        -- Asleep until the mark ends: out of the ring.
+        redis.call('ZADD', KEYS[2], int(wake), tenant)
+        redis.call('HSET', KEYS[10], tenant, string.sub(tenant, 2) .. '\tslot: its downstream is full or paused (marked by a worker)')
+      else
+        local weight = weights[tenant]
+        if not weight then
+          weight = weighted and tonumber(redis.call('HGET', KEYS[4], tenant) or '1') or 1
+          weights[tenant] = weight
+        end
+        again = weight > 1 and redis.call('HINCRBY', KEYS[5], tenant, 1) < weight
+        if weight > 1 and not again then redis.call('HDEL', KEYS[5], tenant) end
+        if not again then served[#served + 1] = tenant end
       end
     end
   end
+  -- A weighted tenant stopped by the batch's end keeps its place at the
+  -- head, with the turns it has left.
+  if again then at = at - 1 end
 end
+ring_back()
 flush(H)
 -- A claim that stopped at its limit of emptied tenants leaves more of the
 -- ring unseen: the next claim comes at once, even with nothing taken.
