@@ -26,7 +26,9 @@ import (
 // the last Settle. Reserve then books each call at its estimate times
 // that ratio (Reservation.Booked), so that the calls in flight, whose
 // real cost is not known yet, book what such calls have turned out to
-// cost. Settle a
+// cost; and a call booked ahead of its slot starts later, when it wakes,
+// by what the settles since its booking added to the bucket (Await).
+// Settle a
 // reservation once; a second Settle corrects again, and teaches again. A
 // reservation that booked nothing (not OK, or a Peek) settles to
 // nothing. docs/throttle.md (Reserve, then settle) has the rule.
@@ -60,13 +62,13 @@ func (t *Throttle) Settle(ctx context.Context, r Reservation, actual int64) erro
 	if c.learn {
 		est = strconv.FormatInt(r.n, 10)
 	}
-	args := []any{t.now(), c.guard, est, actual}
+	args := []any{t.now(), c.guard, est, actual, actual - r.tats[0].n}
 	for i, b := range append([]bucket{c.bucket}, c.also...) {
 		if d := actual - r.tats[i].n; b.rate.Counts == CountsCost && d != 0 {
 			args = append(args, i, b.rl, r.tats[i].pr, b.burst, d)
 		}
 	}
-	if len(args) == 4 && !c.learn {
+	if len(args) == 5 && !c.learn {
 		return nil // nothing to move, nothing to learn
 	}
 	if err := scripts.ThrottleSettle.Run(ctx, t.client, []string{k, lk}, args...).Err(); err != nil {
@@ -127,4 +129,27 @@ func (l *localBuckets) settle(key string, c compiled, d int64, now time.Time) {
 	g := max(st.guardEnd.Sub(st.tat), 0)
 	st.tat, st.guardEnd = tat, tat.Add(g)
 	l.tats[key] = st
+}
+
+// settledSince is how much later r's slot must be for what settles have
+// added to its key's own bucket, net, since r booked it: for a slot
+// booked ahead under a Limit that learns, read when it comes (Await). A
+// call booked ahead of its slot booked before the settles of the calls
+// then in flight, whose overruns the calls booked after them wait for; it
+// waits for them too. 0 when the settles gave back as much, or Redis
+// cannot say (the slot stands).
+func (t *Throttle) settledSince(ctx context.Context, r Reservation) time.Duration {
+	lk, err := t.learnKey(r.key)
+	if err != nil {
+		return 0
+	}
+	u, err := t.client.HGet(ctx, lk, "u").Int64()
+	if err != nil {
+		return 0 // nothing settled yet (redis.Nil), or no Redis: the slot stands
+	}
+	d := u - r.settled
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d*r.tats[0].pr/r.compile.rl) * time.Microsecond
 }

@@ -382,6 +382,7 @@ type Reservation struct {
 	booked    time.Time
 	compile   compiled
 	slot      int64 // the slot, in µs on the scripts' clock
+	settled   int64 // under a Limit that learns: the net units settles had moved the key's own bucket by when r booked
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, the interval's
@@ -465,7 +466,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		return Reservation{}, callErr("reserve", err)
 	}
-	want := 11 + 4*len(c.also) // the Limit's own bucket, the slot and the count; 4 values a further bucket
+	want := 12 + 4*len(c.also) // the Limit's own bucket, the slot, the count and u; 4 values a further bucket
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
@@ -475,9 +476,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
 		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6], n: v[10]}}, booked: booked, compile: c,
-		queued: book && v[0] == 1, slot: v[9],
+		queued: book && v[0] == 1, slot: v[9], settled: v[11],
 	}
-	for i := 11; i < len(v); i += 4 {
+	for i := 12; i < len(v); i += 4 {
 		r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2], n: v[i+3]})
 	}
 	if !r.OK {
@@ -546,18 +547,30 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 }
 
 // Await sleeps until r's slot, for callers that Reserve, do some work
-// while the slot approaches, and then wait for it. It reports false if the
+// while the slot approaches, and then wait for it. Under a Limit that
+// learns, a slot booked ahead moves later, when it comes, by what
+// settles have added to the key's bucket since it was booked (Settle). It reports false if the
 // slot must not be used (a pause announced in the meantime ends after it,
 // or the caller woke too late): reserve again. If ctx ends first it
 // cancels r (when it can) and returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
+	// A slot booked ahead under a Limit that learns is checked once when
+	// it comes: it moves later by the debt settled since (settledSince).
+	recheck := r.queued && r.Delay > 0 && r.compile.learn
 	for {
 		e, announced := t.pauses.get(r.key)
 		if e.voids(r, due, t.hostNow()) {
 			return false, nil
 		}
 		d := due.Sub(t.hostNow())
+		if d <= 0 && recheck {
+			recheck = false
+			if d = t.settledSince(ctx, r); d > 0 {
+				due = due.Add(d)
+				continue
+			}
+		}
 		if d <= 0 {
 			break
 		}

@@ -31,14 +31,16 @@
 -- least 1 and at most the bucket's burst, so that calls in flight, booked
 -- before their real cost is known, book what such calls have turned out
 -- to cost. Without it, or in a bucket that counts calls, the count stands.
+-- The reply carries its u, the net units settles have moved the bucket
+-- by, for the caller to compare at the slot.
 -- KEYS[1]  the bucket's hash: a, f as above; g = "1" while guarded (only
 --          for a burst > 1); p = paused until (µs); s, c, t = the share,
 --          its ceiling (basis points) and the time (µs) of the last
 --          slow-down; e = the time (µs) the key's TTL reaches, as this
 --          script last set it; a1, f1, g1, a2, f2, g2, ... the further
 --          buckets
--- KEYS[2]  the key's learned estimate (n, d as above), in the same hash
---          slot; only read here
+-- KEYS[2]  the key's learned estimate (n, d, u as above), in the same
+--          hash slot; only read here
 -- The TTL is set half as long again as the booking needs, so that a busy
 -- key renews it once its bookings outgrow that, not with every call.
 -- ARGV     1 rl, 2 pr (the rate in lowest terms: rl units per pr µs),
@@ -53,7 +55,8 @@
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
 --          points) and its ceiling (hundredths of a basis point: it creeps
---          by fractions of one), the slot (µs), the count booked}; with
+--          by fractions of one), the slot (µs), the count booked, u (0 when
+--          not learning)}; with
 --          further buckets, then for each further bucket its a and f
 --          after the reservation (0 and 0 when none was made), the pr it
 --          was paced at and its count booked
@@ -71,7 +74,7 @@ for i = 10, #ARGV, 5 do
               n = tonumber(ARGV[i + 3]), learn = ARGV[i + 4] == '1', fa = 'a' .. k, ff = 'f' .. k, fg = 'g' .. k}
 end
 local learned = {}
-if learn then learned = redis.call('HMGET', KEYS[2], 'n', 'd') end
+if learn then learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'u') end
 if learned[2] and tonumber(learned[2]) > 0 then
   local r = tonumber(learned[1]) / tonumber(learned[2])
   for _, x in ipairs(b) do
@@ -123,7 +126,7 @@ for i, x in ipairs(b) do
 end
 
 local function reply(taken, retry, booked)
-  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100), now + delay, b[1].n}
+  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100), now + delay, b[1].n, tonumber(learned[3] or '0')}
   if booked then r[5], r[6] = b[1].at, b[1].frac end
   if #b > 1 then
     for i = 2, #b do

@@ -19,12 +19,16 @@
 -- the last 32 calls count), starting from 8 calls' worth of the first
 -- call's estimate on both sides (a ratio of 1), kept for an hour after the
 -- last settle. The reserve script books a call at its estimate times n/d.
+-- Its field u counts the units that settles have moved the Limit's own
+-- bucket by, net: a call booked ahead of its slot compares it at the slot
+-- (throttle.Throttle.Await) and starts later by what settled since.
 -- KEYS[1]  the bucket's hash (see throttle_reserve.lua)
 -- KEYS[2]  the key's learned estimate, in the same hash slot
 -- ARGV     1 now in µs or "" for the server's TIME (tests only), 2 the
 --          guard G (µs), 3 the call's estimate ("" for a key that does
---          not learn), 4 its real cost; then
---          for each bucket to settle in fives: its index (0 for the
+--          not learn), 4 its real cost, 5 its real cost less what it
+--          booked in the Limit's own bucket; then for each bucket to
+--          settle in fives: its index (0 for the
 --          Limit's own, i for Also's i-th), rl, the pr the reservation
 --          was paced at, burst, and the difference real - booked (not 0)
 -- Uses     prelude.lua (int, clock)
@@ -42,12 +46,13 @@ if ARGV[3] ~= '' then
   local ln, ld = tonumber(learned[1] or prior) * keep, tonumber(learned[2] or prior) * keep
   redis.call('HSET', KEYS[2], 'n', string.format('%.17g', ln + tonumber(ARGV[4])),
              'd', string.format('%.17g', ld + tonumber(ARGV[3])))
+  if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[2], 'u', ARGV[5]) end
   redis.call('PEXPIRE', KEYS[2], 3600000 + pad)
 end
-if #ARGV < 5 then return 0 end
+if #ARGV < 6 then return 0 end
 local fields = {'p', 'e'}
 local b = {}
-for i = 5, #ARGV, 5 do
+for i = 6, #ARGV, 5 do
   local k = ARGV[i]
   local x = {rl = tonumber(ARGV[i + 1]), pr = tonumber(ARGV[i + 2]), burst = tonumber(ARGV[i + 3]),
              d = tonumber(ARGV[i + 4]), fa = 'a', ff = 'f', fg = 'g'}
