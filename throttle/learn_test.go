@@ -193,3 +193,69 @@ func TestNoLearnWithoutLearn(t *testing.T) {
 		}
 	})
 }
+
+// TestLearnSlotBookedAheadWaitsForLaterDebt: a call booked ahead of its
+// slot booked before the calls in flight settled; under a Limit that
+// learns it starts later by their net debt (what they overran less what
+// others gave back), and a call booked after the settles owes nothing.
+func TestLearnSlotBookedAheadWaitsForLaterDebt(t *testing.T) {
+	lim := Limit{Rate: 1000, Burst: 10, Guard: -1, MaxWait: time.Minute, Learn: true} // 1 ms a unit
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		th := newThrottle(t, client, clock.Now, nil)
+		ctx := context.Background()
+		a, _ := th.Reserve(ctx, "api", lim, 10)
+		b, _ := th.Reserve(ctx, "api", lim, 10)
+		c, _ := th.Reserve(ctx, "api", lim, 10)
+		if a.Delay != 0 || b.Delay != 10*ms || c.Delay != 20*ms {
+			t.Fatalf("slots in %v, %v, %v; want 0, 10ms, 20ms", a.Delay, b.Delay, c.Delay)
+		}
+		if err := th.Settle(ctx, a, 260); err != nil { // 250 units of debt
+			t.Fatal(err)
+		}
+		if err := th.Settle(ctx, b, 0); err != nil { // 10 given back
+			t.Fatal(err)
+		}
+		if got := th.settledSince(ctx, c); got != 240*ms {
+			t.Errorf("c, booked before both settles: %v later; want 240ms", got)
+		}
+		if got := th.settledSince(ctx, b); got != 240*ms {
+			t.Errorf("b, booked before both settles (its own included): %v later; want 240ms", got)
+		}
+		d, _ := th.Reserve(ctx, "api", lim, 10)
+		if got := th.settledSince(ctx, d); got != 0 {
+			t.Errorf("d, booked after the settles: %v later; want 0", got)
+		}
+		plain := lim
+		plain.Learn = false
+		e, _ := th.Reserve(ctx, "api", plain, 10)
+		if e.settled != 0 {
+			t.Errorf("a reservation that does not learn carries %d settled units", e.settled)
+		}
+	})
+}
+
+// TestLearnAwaitWaitsForLaterDebt: Await sleeps past a slot booked ahead
+// by the debt settled since (on the servers' own clock, in real time).
+func TestLearnAwaitWaitsForLaterDebt(t *testing.T) {
+	lim := Limit{Rate: 1000, Burst: 10, Guard: -1, MaxWait: time.Minute, Learn: true}
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		th := newThrottle(t, client, nil, nil)
+		ctx := context.Background()
+		start := time.Now()
+		a, _ := th.Reserve(ctx, "api", lim, 10)
+		b, err := th.Reserve(ctx, "api", lim, 10)
+		if err != nil || !b.OK || b.Delay <= 0 {
+			t.Fatalf("b: %+v, %v; want a slot booked ahead", b, err)
+		}
+		if err := th.Settle(ctx, a, 210); err != nil { // 200 ms of debt
+			t.Fatal(err)
+		}
+		if ok, err := th.Await(ctx, b); !ok || err != nil {
+			t.Fatalf("Await: %v, %v", ok, err)
+		}
+		if waited := time.Since(start); waited < 200*ms {
+			t.Errorf("b started %v after booking; want at least its 10 ms and the 200 ms of debt settled since", waited)
+		}
+	})
+}
