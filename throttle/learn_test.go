@@ -13,14 +13,24 @@ import (
 // learnedRatio is the rule of throttle_settle.lua: the sums of the real
 // and the estimated costs, each settle's weight falling by 1/32 with
 // every settle after it, from 8 calls' worth of the first estimate.
-type learnedRatio struct{ n, d float64 }
+type learnedRatio struct{ n, d, w float64 }
 
 func (l *learnedRatio) settle(est, actual int64) {
 	if l.d == 0 {
-		l.n, l.d = 8*float64(est), 8*float64(est)
+		l.n, l.d, l.w = 8*float64(est), 8*float64(est), 8*float64(est)
 	}
 	l.n = l.n*31/32 + float64(actual)
 	l.d = l.d*31/32 + float64(est)
+	l.w = l.w * 31 / 32
+}
+
+// burst is the burst a bucket of burst b opens to a call of est.
+func (l *learnedRatio) burst(est, b int64) int64 {
+	known := 0.0
+	if l.d > 0 {
+		known = 1 - l.w/l.d
+	}
+	return max(l.book(est, b), int64(math.Floor(float64(b)*known)))
 }
 
 // book is what a call of estimate est books in a bucket of burst b.
@@ -256,6 +266,61 @@ func TestLearnAwaitWaitsForLaterDebt(t *testing.T) {
 		}
 		if waited := time.Since(start); waited < 200*ms {
 			t.Errorf("b started %v after booking; want at least its 10 ms and the 200 ms of debt settled since", waited)
+		}
+	})
+}
+
+// TestLearnOpensTheBurstAsItLearns: under a Limit that learns, calls
+// whose cost nobody knows yet start one after another at the rate, not a
+// burst's worth at once; the burst opens as settles teach the ratio, by
+// the share of it they taught. A Limit that does not learn bursts at once.
+func TestLearnOpensTheBurstAsItLearns(t *testing.T) {
+	lim := Limit{Rate: 100, Burst: 100, Guard: -1, MaxWait: time.Minute, Learn: true} // 10 ms a unit
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		clock := &fakeClock{t: base}
+		th := newThrottle(t, client, clock.Now, nil)
+		ctx := context.Background()
+		for i, want := range []time.Duration{0, 100 * ms, 200 * ms} {
+			if r, _ := th.Reserve(ctx, "api", lim, 10); !r.OK || r.Delay != want {
+				t.Fatalf("call %d before any settle: slot in %v; want %v", i, r.Delay, want)
+			}
+		}
+		plain := lim
+		plain.Learn = false
+		for i := range 3 {
+			if r, _ := th.Reserve(ctx, "other", plain, 10); !r.OK || r.Delay != 0 {
+				t.Fatalf("call %d not learning: slot in %v; want at once", i, r.Delay)
+			}
+		}
+		var ref learnedRatio
+		step, total := time.Duration(0), 0
+		for _, settles := range []int{1, 8, 40} {
+			total += settles
+			for range settles {
+				step += time.Minute
+				clock.Set(step)
+				r, _ := th.Reserve(ctx, "api", lim, 10)
+				if err := th.Settle(ctx, r, 10); err != nil {
+					t.Fatal(err)
+				}
+				ref.settle(10, 10)
+			}
+			step += time.Minute
+			clock.Set(step)
+			at := 0
+			for {
+				r, _ := th.Reserve(ctx, "api", lim, 10)
+				if r.Delay > 0 {
+					break
+				}
+				at++
+			}
+			if want := int(ref.burst(10, 100) / 10); at != want {
+				t.Errorf("after %d settles: %d calls at once; want %d (burst %d)", total, at, want, ref.burst(10, 100))
+			}
+			if total == 49 && at < 7 {
+				t.Errorf("after 49 settles only %d calls at once of a burst of 10", at)
+			}
 		}
 	})
 }

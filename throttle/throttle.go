@@ -84,8 +84,13 @@ type Limit struct {
 	// yet, then book what such calls have turned out to cost, so that the
 	// debt their settles bring stays small (docs/throttle.md, Reserve,
 	// then settle). Until a call of the key has been settled, and for a
-	// reservation of the local fallback, the estimate stands. The policy
-	// file sets it for a downstream with cost_from.
+	// reservation of the local fallback, the estimate stands. Such a
+	// bucket opens its burst as it learns: before the first settle calls
+	// start one after another at the rate, and the burst grows to Burst
+	// as settles replace the ratio's starting guess (about 32 of them to
+	// reach two thirds), so that a burst of calls whose real cost nobody
+	// knows yet cannot overrun the API. The policy file sets it for a
+	// downstream with cost_from.
 	Learn bool
 	// Also lists at most MaxAlso further rates the key must keep to, for
 	// APIs that state several limits (10 a second and 1,000 an hour). A

@@ -31,6 +31,11 @@
 -- least 1 and at most the bucket's burst, so that calls in flight, booked
 -- before their real cost is known, book what such calls have turned out
 -- to cost. Without it, or in a bucket that counts calls, the count stands.
+-- Such a bucket also opens its burst as it learns: its burst is
+-- burst × (1 − w/d), w the part of d that is still the prior (none
+-- before the first settle), never less than the call's count; so calls
+-- whose cost nobody knows yet start one after another at the rate, not
+-- a burst's worth at once.
 -- The reply carries its u, the net units settles have moved the bucket
 -- by, for the caller to compare at the slot.
 -- KEYS[1]  the bucket's hash: a, f as above; g = "1" while guarded (only
@@ -39,7 +44,7 @@
 --          slow-down; e = the time (µs) the key's TTL reaches, as this
 --          script last set it; a1, f1, g1, a2, f2, g2, ... the further
 --          buckets
--- KEYS[2]  the key's learned estimate (n, d, u as above), in the same
+-- KEYS[2]  the key's learned estimate (n, d, u, w as above), in the same
 --          hash slot; only read here
 -- The TTL is set half as long again as the booking needs, so that a busy
 -- key renews it once its bookings outgrow that, not with every call.
@@ -74,11 +79,21 @@ for i = 10, #ARGV, 5 do
               n = tonumber(ARGV[i + 3]), learn = ARGV[i + 4] == '1', fa = 'a' .. k, ff = 'f' .. k, fg = 'g' .. k}
 end
 local learned = {}
-if learn then learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'u') end
-if learned[2] and tonumber(learned[2]) > 0 then
-  local r = tonumber(learned[1]) / tonumber(learned[2])
+if learn then
+  learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'u', 'w')
+  -- the part of the ratio that settled calls taught (the rest is the
+  -- prior): 0 before the first settle
+  local known = 0
+  local r = 1
+  if learned[2] and tonumber(learned[2]) > 0 then
+    r = tonumber(learned[1]) / tonumber(learned[2])
+    known = math.max(0, 1 - tonumber(learned[4] or '0') / tonumber(learned[2]))
+  end
   for _, x in ipairs(b) do
-    if x.learn then x.n = math.max(1, math.min(x.burst, math.floor(x.n * r + 0.5))) end
+    if x.learn then
+      x.n = math.max(1, math.min(x.burst, math.floor(x.n * r + 0.5)))
+      x.burst = math.max(x.n, math.floor(x.burst * known))
+    end
   end
 end
 

@@ -17,8 +17,8 @@
 -- the sums of the real and of the estimated costs of the calls settled,
 -- each call's weight falling by 1/32 with every settle after it (about
 -- the last 32 calls count), starting from 8 calls' worth of the first
--- call's estimate on both sides (a ratio of 1), kept for an hour after the
--- last settle. The reserve script books a call at its estimate times n/d.
+-- call's estimate on both sides (a ratio of 1), and w, what is left of
+-- that start in d; kept for an hour after the last settle. The reserve script books a call at its estimate times n/d.
 -- Its field u counts the units that settles have moved the Limit's own
 -- bucket by, net: a call booked ahead of its slot compares it at the slot
 -- (throttle.Throttle.Await) and starts later by what settled since.
@@ -38,14 +38,15 @@ local key = KEYS[1]
 local now, pad = clock(ARGV[1])
 local guard = tonumber(ARGV[2])
 if ARGV[3] ~= '' then
-  local learned = redis.call('HMGET', KEYS[2], 'n', 'd')
+  local learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'w')
   local keep = 31 / 32
   -- a key's first settle starts from 8 calls' worth at the estimate, so
   -- that a few calls do not swing the ratio far
   local prior = 8 * tonumber(ARGV[3])
   local ln, ld = tonumber(learned[1] or prior) * keep, tonumber(learned[2] or prior) * keep
+  local lw = tonumber(learned[3] or prior) * keep
   redis.call('HSET', KEYS[2], 'n', string.format('%.17g', ln + tonumber(ARGV[4])),
-             'd', string.format('%.17g', ld + tonumber(ARGV[3])))
+             'd', string.format('%.17g', ld + tonumber(ARGV[3])), 'w', string.format('%.17g', lw))
   if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[2], 'u', ARGV[5]) end
   redis.call('PEXPIRE', KEYS[2], 3600000 + pad)
 end
