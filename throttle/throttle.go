@@ -87,8 +87,8 @@ type Limit struct {
 	// reservation of the local fallback, the estimate stands. Such a
 	// bucket opens its burst as it learns: before the first settle calls
 	// start one after another at the rate, and the burst grows to Burst
-	// as settles replace the ratio's starting guess (about 32 of them to
-	// reach two thirds), so that a burst of calls whose real cost nobody
+	// as settles replace the ratio's starting guess (half of it after
+	// about 8 settles, nearly nine tenths after 32), so that a burst of calls whose real cost nobody
 	// knows yet cannot overrun the API. The policy file sets it for a
 	// downstream with cost_from.
 	Learn bool
