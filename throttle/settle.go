@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -12,25 +13,35 @@ import (
 // Settle corrects r, booked at an estimate, to the call's actual cost
 // once the call reports it (an LLM API's usage, a GraphQL query's actual
 // cost): in one atomic step every bucket of the key that counts cost
-// (Counts is CountsCost) moves by actual minus the estimate. A call that
-// used less gives back the rest; one that used more books the overrun as
-// debt, which the calls booked after it wait for. Buckets that count
-// calls are left as they are. A refund never empties a bucket below now
-// (it cannot make more burst than the bucket allows) nor reopens a pause.
-// Settle a reservation once; a second Settle corrects again. A
-// reservation that booked nothing (not OK, or a Peek) settles to nothing.
-// docs/throttle.md (Reserve, then settle) has the rule.
+// (Counts is CountsCost) moves by actual minus what r booked there. A
+// call that used less gives back the rest; one that used more books the
+// overrun as debt, which the calls booked after it wait for. Buckets that
+// count calls are left as they are. A refund never empties a bucket below
+// now (it cannot make more burst than the bucket allows) nor reopens a
+// pause.
+//
+// Under a Limit that learns (Learn), each Settle on Redis also teaches
+// the key's learned estimate: the ratio of the real to the estimated cost
+// of the calls settled lately (about the last 32), kept for an hour after
+// the last Settle. Reserve then books each call at its estimate times
+// that ratio (Reservation.Booked), so that the calls in flight, whose
+// real cost is not known yet, book what such calls have turned out to
+// cost; and a call booked ahead of its slot starts later, when it wakes,
+// by what the settles since its booking added to the bucket (Await).
+// Settle a
+// reservation once; a second Settle corrects again, and teaches again. A
+// reservation that booked nothing (not OK, or a Peek) settles to
+// nothing. docs/throttle.md (Reserve, then settle) has the rule.
 func (t *Throttle) Settle(ctx context.Context, r Reservation, actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: actual cost %d", algorithms.ErrInvalidCost, actual)
 	}
-	d := actual - r.n
-	if !r.OK || r.key == "" || d == 0 {
+	if !r.OK || r.key == "" {
 		return nil
 	}
 	c := r.compile
 	if r.Local {
-		if r.localBook && t.local != nil {
+		if d := actual - r.n; r.localBook && t.local != nil && d != 0 {
 			t.local.settle(r.key, c, d, t.hostNow())
 			t.countSettled(c, d)
 		}
@@ -43,24 +54,34 @@ func (t *Throttle) Settle(ctx context.Context, r Reservation, actual int64) erro
 	if err != nil {
 		return err
 	}
-	args := []any{t.now(), c.guard}
+	lk, err := t.learnKey(r.key)
+	if err != nil {
+		return err
+	}
+	est := ""
+	if c.learn {
+		est = strconv.FormatInt(r.n, 10)
+	}
+	args := []any{t.now(), c.guard, est, actual, actual - r.tats[0].n}
 	for i, b := range append([]bucket{c.bucket}, c.also...) {
-		if b.rate.Counts == CountsCalls {
-			continue
+		if d := actual - r.tats[i].n; b.rate.Counts == CountsCost && d != 0 {
+			args = append(args, i, b.rl, r.tats[i].pr, b.burst, d)
 		}
-		args = append(args, i, b.rl, r.tats[i].pr, b.burst, d)
 	}
-	if len(args) == 2 {
-		return nil
+	if len(args) == 5 && !c.learn {
+		return nil // nothing to move, nothing to learn
 	}
-	if err := scripts.ThrottleSettle.Run(ctx, t.client, []string{k}, args...).Err(); err != nil {
+	if err := scripts.ThrottleSettle.Run(ctx, t.client, []string{k, lk}, args...).Err(); err != nil {
 		return callErr("settle", err)
 	}
-	t.countSettled(c, d)
+	t.countSettled(c, actual-r.tats[0].n)
 	return nil
 }
 
 func (t *Throttle) countSettled(c compiled, d int64) {
+	if d == 0 {
+		return
+	}
 	if d < 0 {
 		t.metrics.settled.WithLabelValues(c.name, "refund").Add(float64(-d))
 	} else {
@@ -68,8 +89,21 @@ func (t *Throttle) countSettled(c compiled, d int64) {
 	}
 }
 
-// Cost is the estimate r was booked at, in units.
+// Cost is the estimate r was asked for, in units.
 func (r Reservation) Cost() int64 { return r.n }
+
+// Booked is what r booked on the Limit's own bucket, in units: its
+// estimate (Cost) times the key's learned ratio once calls of the key have
+// been settled (Settle), else the estimate; 0 when it booked nothing.
+func (r Reservation) Booked() int64 {
+	switch {
+	case !r.OK:
+		return 0
+	case r.Local || len(r.tats) == 0:
+		return r.n
+	}
+	return r.tats[0].n
+}
 
 // settle moves key's local bucket by d units, as throttle_settle.lua does
 // on Redis: never below now on a refund.
@@ -95,4 +129,27 @@ func (l *localBuckets) settle(key string, c compiled, d int64, now time.Time) {
 	g := max(st.guardEnd.Sub(st.tat), 0)
 	st.tat, st.guardEnd = tat, tat.Add(g)
 	l.tats[key] = st
+}
+
+// settledSince is how much later r's slot must be for what settles have
+// added to its key's own bucket, net, since r booked it: for a slot
+// booked ahead under a Limit that learns, read when it comes (Await). A
+// call booked ahead of its slot booked before the settles of the calls
+// then in flight, whose overruns the calls booked after them wait for; it
+// waits for them too. 0 when the settles gave back as much, or Redis
+// cannot say (the slot stands).
+func (t *Throttle) settledSince(ctx context.Context, r Reservation) time.Duration {
+	lk, err := t.learnKey(r.key)
+	if err != nil {
+		return 0
+	}
+	u, err := t.client.HGet(ctx, lk, "u").Int64()
+	if err != nil {
+		return 0 // nothing settled yet (redis.Nil), or no Redis: the slot stands
+	}
+	d := u - r.settled
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d*r.tats[0].pr/r.compile.rl) * time.Microsecond
 }
