@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -56,12 +57,26 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 			"small-shop": {ID: "small-shop", Policy: &fixed, Weight: 1},
 		},
 	}
+	// The first worker serves the page where -listen says (a free port if
+	// that one is taken), so that the demo's page can be watched live; the
+	// second on a port of its own.
+	page, err := net.Listen("tcp", o.worker.Listen)
+	if err != nil {
+		page, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice demo:", err)
+		return 1
+	}
 	var workers []*worker.Worker
-	for range 2 {
+	for i := range 2 {
 		wc := *o.worker
 		wc.Policy, wc.PolicyFile = cfg, ""
 		wc.Redis, wc.RedisURL, wc.RedisCluster, wc.RedisCAFile = client, "", "", ""
 		wc.Listen, wc.Listener, wc.Concurrency = "127.0.0.1:0", nil, 8
+		if i == 0 {
+			wc.Listen, wc.Listener = "", page
+		}
 		wc.Logger = slog.New(slog.DiscardHandler)
 		w, err := worker.New(&wc)
 		if err != nil {
@@ -79,7 +94,8 @@ func runDemo(ctx context.Context, o options, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "sluice demo: a fake API at %s allows %d calls/s and answers 429 above that.\n", fake.URL(), quota)
 	fmt.Fprintf(stdout, "Four tenants enqueue %d jobs/s between them; two workers (8 goroutines each) drain them through one shared throttle.\n", 3*quota)
-	fmt.Fprintf(stdout, "Tenant small-shop is admitted at 10 jobs/s (fixed window); the others have no admission limit.\n\n")
+	fmt.Fprintf(stdout, "Tenant small-shop is admitted at 10 jobs/s (fixed window); the others have no admission limit.\n")
+	fmt.Fprintf(stdout, "The sluice page, live: http://%s/ (metrics at /metrics).\n\n", page.Addr())
 	runCtx, stopWorkers := context.WithCancel(context.Background())
 	done := make(chan error, len(workers))
 	for _, w := range workers {
