@@ -143,7 +143,8 @@ const undecodableType = "sluice.undecodable"
 // it.
 func (s *Server) handOverUndecodable(ctx context.Context, k keys, enc, text string) error {
 	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
-	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), k.queue, 0, int64(j.timeout()/time.Second))
+	task := j.taskID()
+	in := entry(defaultClass, "", task, taskMessage(undecodableType, []byte(text), task, k.queue, 0, int64(j.timeout()/time.Second)))
 	if taken, err := s.take(ctx, k, enc, text, in); !taken {
 		return err
 	}

@@ -744,8 +744,10 @@ func FuzzDecodeItem(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, seed := range []string{it, msg, "c\t", "c\t1:2\t", "c\t99:1\tshort", "c\t0:0\t\x12\x7f{}",
-		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", "c\t0:0\t\x0a\x01x\x12\x7f{}", "c\t0:0\t\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
+	h := "sluice/1\tclass=c\ttask=sluice:a@b:0\n"
+	for _, seed := range []string{it, msg, "sluice/1\t", "sluice/1\tclass=c\n", h, h + "\x12\x7f{}",
+		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", h + "\x0a\x01x\x12\x7f{}", h + "\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+		h + "\x0d\x01\x02\x03\x04\x12\x02{}", h + "\x4a\x03abc"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, entry string) {

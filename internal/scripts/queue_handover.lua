@@ -25,22 +25,40 @@
 -- takes it, and the bound counts it there.
 -- Uses prelude.lua (int).
 
--- read returns the task id, the class and the message of an entry
---   class TAB task-id-offset:task-id-length TAB message
--- (queue.entry), or nil for text that is no entry. A task id is
--- sluice:<scoped id>@<nonce>:<moves> (the scoped id is <tenant>/<id>,
--- queue.Job.ScopedID), with at least one character before '@'.
+-- An entry (queue.entry; docs/queue.md, Entries) is a header line, then
+-- asynq's TaskMessage of the job's task, which no script reads:
+--   sluice/1 TAB name=value TAB name=value ... LF message
+-- The header begins with the marker sluice/1 and holds fields read by
+-- name, in any order (fields of other names are skipped; a name given
+-- twice counts the first time); no value holds a tab or a newline:
+--   class       the job's metrics class (required)
+--   task        the task id, sluice:<scoped id>@<nonce>:<moves>, with at
+--               least one character before '@' (required); the scoped id
+--               (<tenant>/<id>, queue.Job.ScopedID) is the ids hash's key
+--   downstream  the name of the job's throttle key, [A-Za-z0-9_.-]
+--               (absent or empty: none)
+
+-- field returns the value of a field of an entry's header, which ends at
+-- lf: name is TAB, the field's name and '=' ('\tclass='); nil when the
+-- header has no such field. Plain finds and an anchored match: no pattern
+-- is tried at every position of the header.
+local function field(entry, lf, name)
+  local at = string.find(entry, name, 9, true)
+  if not at or at > lf then return nil end
+  return string.match(entry, '^[^\t\n]*', at + #name)
+end
+
+-- read returns the task id, the class and the message of an entry, and
+-- where its header ends (for field), or nil for text that is no entry.
 local function read(entry)
-  local class, off, len, at = string.match(entry, '^([^\t]+)\t(%d+):(%d+)\t()')
-  if not class then return nil end
-  off = at + tonumber(off)
-  local last = off + tonumber(len) - 1
-  if last > #entry then return nil end
-  local task = string.sub(entry, off, last)
-  if string.sub(task, 1, 7) ~= 'sluice:' or string.byte(task, 8) == 64 or not string.find(task, '@', 9, true) then
+  local lf = string.find(entry, '\n', 1, true)
+  if not lf or string.sub(entry, 1, 9) ~= 'sluice/1\t' then return nil end
+  local class, task = field(entry, lf, '\tclass='), field(entry, lf, '\ttask=')
+  if not class or class == '' or not task or string.sub(task, 1, 7) ~= 'sluice:'
+    or string.byte(task, 8) == 64 or not string.find(task, '@', 9, true) then
     return nil
   end
-  return task, class, string.sub(entry, at)
+  return task, class, string.sub(entry, lf + 1), lf
 end
 
 -- hand_over writes the job of an entry that read has read into asynq; it

@@ -11,12 +11,13 @@
 --          waiting jobs (the default class is not counted), 7 ids hash,
 --          8 why each tenant sleeps (hash: tenant -> tenant id TAB
 --          reason, for Stats), 9 full set (throttle key -> until, µs)
--- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
---          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
---          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's
---          id and why it sleeps, 8 the throttle key to mark full for the
---          sleep ("": none), 9 "1" when a tenant asleep already keeps the
---          sooner of its two wake times (else the later)
+-- ARGV     1 the job's entry to put back (queue.Job.item), 2 tenant
+--          (encoded), 3 sleep (µs, 0: none), 4 now in µs or "" for TIME,
+--          5 the job's metrics class, 6 scoped job id
+--          (queue.Job.ScopedID), 7 the tenant's id and why it sleeps, 8
+--          the throttle key to mark full for the sleep ("": none), 9
+--          "1" when a tenant asleep already keeps the sooner of its two
+--          wake times (else the later)
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
