@@ -48,8 +48,8 @@ func benchClaim(b *testing.B, tenants, batch int, marked bool) {
 	k := p.shards[0]
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full},
-			batch, k.tenantPrefix, "", batch, k.asynqTask, "").Slice()
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
+			batch, k.tenantPrefix, "", batch, k.asynqTask, "", idHold.Microseconds()).Slice()
 		if err != nil {
 			b.Fatal(err)
 		}

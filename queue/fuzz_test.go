@@ -318,7 +318,7 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.nonce)
 	}
 	want := Job{ID: resp.ID, nonce: j.nonce, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
-		class: "default", enqueuedAt: j.enqueuedAt}
+		class: "default", enqueuedAt: j.enqueuedAt, idRecorded: req.ID != ""}
 	if req.Tenant == "limited" {
 		want.class = "limited"
 	}

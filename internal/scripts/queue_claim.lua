@@ -22,13 +22,15 @@
 --          pending list (see queue_handover.lua), 10 why each tenant
 --          sleeps (see queue_untake.lua), 11 jobs for later, 12 jobs for
 --          later per tenant (see queue_enqueue.lua), 13 full set
---          (throttle key -> until when, µs: see queue_untake.lua)
+--          (throttle key -> until when, µs: see queue_untake.lua), 14
+--          held ids (see queue_handover.lua)
 -- ARGV     1 prefetch (the most tasks asynq's pending list may hold
 --          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take,
 --          5 asynq's task key prefix, 6 asynq's TaskMessage field
---          Retention, encoded ("" for none)
+--          Retention, encoded ("" for none), 7 how long an id stays held
+--          at most (µs)
 -- A job's throttle key is read from its entry's header: the field
 -- downstream (see queue_handover.lua); its marks are <downstream>
 -- for a shared bucket and <downstream>/<encoded tenant> for a tenant's own.
@@ -46,7 +48,7 @@
 --                                  wait µs (-1: none)
 --          {"full", pending}       the prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
-  taskprefix = ARGV[5], retention = ARGV[6]}
+  held = KEYS[14], taskprefix = ARGV[5], retention = ARGV[6], hold = tonumber(ARGV[7])}
 local now = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
 local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])

@@ -8,6 +8,9 @@
 --   H.ids        hash: scoped job id (tenant/id, queue.Job.ScopedID) ->
 --                how many jobs of it are waiting; a task id holds it
 --                (sluice:<scoped id>@<nonce>:<moves>)
+--   H.held       sorted set: scoped job id -> until when (µs) it stays
+--                refused, its job handed over and not started yet
+--   H.hold       how long a hold lasts at most, µs
 --   H.pending    asynq:{Q}:pending
 --   H.taskprefix asynq:{Q}:t:
 --   H.retention  asynq's TaskMessage field Retention, encoded by the
@@ -22,7 +25,10 @@
 -- waiting room does it, so a job is never taken without being handed
 -- over; it leaves the waiting room's counts (depth, class, id) in that
 -- step too. From then on asynq's pending list holds it until a worker
--- takes it, and the bound counts it there.
+-- takes it, and the bound counts it there; a recorded id moves from the
+-- ids hash to the held set, where the worker ends its hold when the job
+-- starts its call (queue.Server.release) or goes back to the waiting room
+-- (queue_untake.lua), or H.hold after the hand-over at the latest.
 -- Uses prelude.lua (int).
 
 -- An entry (queue.entry; docs/queue.md, Entries) is a header line, then
@@ -68,6 +74,7 @@ local function hand_over(H, task, class, msg, now)
   if not H.push then
     H.push, H.classes = {}, {}
     H.since = int(now) .. '000'
+    H.now = now
   end
   redis.call('HSET', H.taskprefix .. task, 'msg', msg .. H.retention, 'state', 'pending', 'pending_since', H.since)
   H.push[#H.push + 1] = task
@@ -76,7 +83,8 @@ end
 
 -- flush writes what hand_over batched: the pending list's pushes, in
 -- order (asynq dequeues from the other end), and the waiting room's
--- counts: the depth, the classes and the ids lose the jobs.
+-- counts: the depth, the classes and the ids lose the jobs, and the ids
+-- are held instead until the jobs start.
 local function flush(H)
   if not H.push or #H.push == 0 then return end
   redis.call('LPUSH', H.pending, unpack(H.push))
@@ -95,8 +103,13 @@ local function flush(H)
     for _, task in ipairs(H.push) do
       jobids[#jobids + 1] = string.match(task, '^sluice:([^@]+)@')
     end
-    local counts, gone = redis.call('HMGET', H.ids, unpack(jobids)), {}
+    local counts, gone, held = redis.call('HMGET', H.ids, unpack(jobids)), {}, {}
+    local expiry = int(H.now + H.hold)
     for i, id in ipairs(jobids) do
+      if counts[i] then
+        held[#held + 1] = expiry
+        held[#held + 1] = id
+      end
       if tonumber(counts[i] or '0') <= 1 then
         gone[#gone + 1] = id
       elseif redis.call('HINCRBY', H.ids, id, -1) <= 0 then
@@ -104,6 +117,10 @@ local function flush(H)
       end
     end
     if #gone > 0 then redis.call('HDEL', H.ids, unpack(gone)) end
+    if #held > 0 then
+      redis.call('ZREMRANGEBYSCORE', H.held, '-inf', int(H.now))
+      redis.call('ZADD', H.held, unpack(held))
+    end
   end
   H.push, H.classes = {}, {}
 end
