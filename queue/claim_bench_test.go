@@ -22,18 +22,22 @@ import (
 // reports redis-server's own time per job handed over (INFO commandstats):
 // the cost of moving a job from the waiting room into asynq, to set beside
 // the cost of putting it there with asynq's Client (BenchmarkEnqueueScript's
-// asynq-redis-µs/job).
+// asynq-redis-µs/job). With marked, every job names a downstream and
+// another downstream is marked full, so that the claim checks each job's
+// marks (and finds none).
 func BenchmarkClaimScript(b *testing.B) {
 	for _, tenants := range []int{1, 1000} {
 		for _, batch := range []int{5, 10, 20, 32} {
-			b.Run(fmt.Sprintf("tenants=%d/batch=%d", tenants, batch), func(b *testing.B) {
-				benchClaim(b, tenants, batch)
-			})
+			for _, marked := range []bool{false, true} {
+				b.Run(fmt.Sprintf("tenants=%d/batch=%d/marked=%v", tenants, batch, marked), func(b *testing.B) {
+					benchClaim(b, tenants, batch, marked)
+				})
+			}
 		}
 	}
 }
 
-func benchClaim(b *testing.B, tenants, batch int) {
+func benchClaim(b *testing.B, tenants, batch int, marked bool) {
 	ctx := context.Background()
 	client := redistest.Start(b, redistest.Config{}).Client(b) // its own: the benchmark flushes it
 	cfg := Config{Queue: "bench-claim", Bound: 1 << 40}
@@ -44,8 +48,8 @@ func benchClaim(b *testing.B, tenants, batch int) {
 	k := p.shards[0]
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why},
-			batch, k.tenantPrefix, "", batch, "0", k.asynqTask, "").Slice()
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
+			batch, k.tenantPrefix, "", batch, k.asynqTask, "", idHold.Microseconds()).Slice()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,8 +78,16 @@ func benchClaim(b *testing.B, tenants, batch int) {
 			if err := client.FlushAll(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
+			job := Job{Type: "noop", Payload: payload}
+			if marked {
+				job.Downstream = "api"
+				if err := client.ZAdd(ctx, k.full, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMicro()), Member: "other"}).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
 			for j := 0; j < 20*batch; j++ {
-				if _, err := p.Enqueue(ctx, Job{Tenant: fmt.Sprintf("t%d", j%tenants), Type: "noop", Payload: payload}); err != nil {
+				job.Tenant = fmt.Sprintf("t%d", j%tenants)
+				if _, err := p.Enqueue(ctx, job); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -86,7 +98,7 @@ func benchClaim(b *testing.B, tenants, batch int) {
 		v := claim()
 		b.StopTimer()
 		usec += evalUsec(b, client) - before
-		if v[0] != int64(3) {
+		if v[0] != claimTaken {
 			b.Fatalf("claim: %v", v)
 		}
 		handed += v[1].(int64)

@@ -78,6 +78,13 @@ const (
 	nextFull = "full" // the prefetch is full: the workers' starts wake us
 )
 
+// idHold is how long a recorded id stays held at most once its job is
+// handed over: its worker ends the hold when the job starts or goes back
+// to the waiting room, well within it; a job that never reaches a worker
+// (deleted or archived in asynqmon, its worker dead) frees its id after
+// it (docs/queue.md, Job ids).
+const idHold = 30 * time.Second
+
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 32
 
@@ -87,8 +94,8 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	k := d.keys
 	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full},
-		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention).Slice()
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
+		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds()).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -128,8 +135,8 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 // dispatcher took it first.
 func (s *Server) take(ctx context.Context, k keys, enc, claimed string, in ...any) (bool, error) {
 	taken, err := scripts.QueueTake.Run(ctx, s.client,
-		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending},
-		append([]any{claimed, s.cfg.now(), k.asynqTask, s.retention}, in...)...).Int()
+		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending, k.held},
+		append([]any{claimed, s.cfg.now(), k.asynqTask, s.retention, idHold.Microseconds()}, in...)...).Int()
 	return taken == 1, err
 }
 
@@ -143,7 +150,8 @@ const undecodableType = "sluice.undecodable"
 // it.
 func (s *Server) handOverUndecodable(ctx context.Context, k keys, enc, text string) error {
 	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
-	in := entry(defaultClass, undecodableType, []byte(text), j.taskID(), k.queue, 0, int64(j.timeout()/time.Second))
+	task := j.taskID()
+	in := entry(defaultClass, "", task, taskMessage(undecodableType, []byte(text), task, k.queue, 0, int64(j.timeout()/time.Second)))
 	if taken, err := s.take(ctx, k, enc, text, in); !taken {
 		return err
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // roomKeys lists every key of p's waiting room that an enqueue for tenants
@@ -298,12 +300,11 @@ type fakeClock struct{ offset atomic.Int64 }
 func (c *fakeClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *fakeClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
-// TestDuplicateIDReusedWhileRunning: once a job is handed to asynq its id
-// may be used again, while it waits in asynq's pending list or runs; a
-// job of the id waiting in the room is refused a twin. When the running
-// job is put back (a 429: Reschedule), its id is in the room again,
-// counted apart from the other waiting job's: the id is refused until
-// both have been handed over.
+// TestDuplicateIDReusedWhileRunning: once a job has started its id may be
+// used again, while it runs; a job of the id handed over and waiting for
+// a worker in asynq's pending list is refused a twin. When the running
+// job is put back (a 429: Reschedule), its id is in the room again: the
+// id is refused until it has started again.
 func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg := testConfig(t, 100)
@@ -352,15 +353,9 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 			return err == nil && st.HandedOver == 1 && st.Depth == 1
 		})
 		if n := idCount(t, client, p, "a", "same"); n != 0 {
-			t.Fatalf("a handed-over job's id counted %d times; want 0", n)
+			t.Fatalf("a handed-over job's id counted %d times; want 0 (held, not waiting)", n)
 		}
-		if _, err := p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")}); err != nil {
-			t.Fatalf("the id of a handed-over job: %v; want accepted", err)
-		}
-		if st, err := p.Stats(ctx); err != nil || st.Depth != 2 || st.HandedOver != 1 {
-			t.Fatalf("stats %+v, %v; want depth 2, one of them handed over", st, err)
-		}
-		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
+		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("third")})
 		wantDuplicate(t, err, cfg, "same")
 
 		// The first job is put back for a minute, its tenant asleep; the
@@ -368,31 +363,30 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		close(release)
 		waitFor(t, 10*time.Second, "the second job to run and the first to wait", func() bool {
 			st, err := p.Stats(ctx)
-			return ran("second") == 1 && err == nil && st.Depth == 2 && st.HandedOver == 0 && st.Sleeping == 1
+			return ran("second") == 1 && err == nil && st.Depth == 1 && st.HandedOver == 0 && st.Sleeping == 1
 		})
-		if n := idCount(t, client, p, "a", "same"); n != 2 {
-			t.Fatalf("the id counted %d times; want 2 (the third job and the put-back first)", n)
+		if n := idCount(t, client, p, "a", "same"); n != 1 {
+			t.Fatalf("the id counted %d times; want once (the put-back first)", n)
 		}
 		// Back in the waiting room: in its tenant's backlog and its class.
-		if st, err := p.Stats(ctx); err != nil || st.ByClass["default"] != 2 || len(st.ByClass) != 1 {
-			t.Fatalf("classes %v, %v; want two jobs waiting in class default", st.ByClass, err)
+		if st, err := p.Stats(ctx); err != nil || st.ByClass["default"] != 1 || len(st.ByClass) != 1 {
+			t.Fatalf("classes %v, %v; want one job waiting in class default", st.ByClass, err)
 		}
-		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 2 {
-			t.Fatalf("tenant depth %d, %v; want the put-back job and the third", td, err)
+		if td, err := p.TenantDepth(ctx, "a"); err != nil || td != 1 {
+			t.Fatalf("tenant depth %d, %v; want the put-back job", td, err)
 		}
 		_, err = p.Enqueue(ctx, Job{ID: "same", Tenant: "a", Type: "x", Payload: []byte("fourth")})
 		wantDuplicate(t, err, cfg, "same")
 
-		// A minute later the first job runs again, then the third, and the
-		// id is free.
+		// A minute later the first job runs again, and the id is free.
 		clock.advance(2 * time.Minute)
-		waitFor(t, 10*time.Second, "the first job to run again, the third to run and the queue to empty", func() bool {
+		waitFor(t, 10*time.Second, "the first job to run again and the queue to empty", func() bool {
 			st, err := p.Stats(ctx)
-			n, err2 := client.Exists(ctx, p.shards[0].ids).Result()
-			return ran("first") == 2 && ran("third") == 1 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
+			n, err2 := client.Exists(ctx, p.shards[0].ids, p.shards[0].held).Result()
+			return ran("first") == 2 && err == nil && err2 == nil && st.Depth == 0 && st.HandedOver == 0 && n == 0 && len(st.ByClass) == 0
 		})
-		if ran("second") != 1 || ran("fourth") != 0 {
-			t.Fatalf("runs %v; want first twice (put back once), second and third once, no fourth", runs)
+		if ran("second") != 1 || ran("third") != 0 || ran("fourth") != 0 {
+			t.Fatalf("runs %v; want first twice (put back once), second once, no third or fourth", runs)
 		}
 	})
 }
@@ -402,10 +396,18 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 // bound in asynq's pending list until asynq gives it to a worker, or an
 // operator archives or deletes it in asynqmon. A task asynq puts back in
 // its pending list (an archived task run again, a retry that is due)
-// counts again.
+// counts again. Its id stays held until it starts, or for idHold when it
+// never does (a worker took it and died, an operator archived or deleted
+// it).
 func TestBoundCountsAsynqPending(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg, p := testProducer(t, client, 4)
+		cfg := testConfig(t, 4)
+		clock := &fakeClock{}
+		cfg.clock = clock.now
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx := context.Background()
 		ids := []string{"j0", "j1", "j2", "j3"}
 		_, tasks := handOverAll(t, client, cfg, p, ids...)
@@ -422,7 +424,7 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 		if n, err := client.Exists(ctx, p.shards[0].ids).Result(); err != nil || n != 0 {
 			t.Fatalf("ids of handed-over jobs: %d, %v; want none", n, err)
 		}
-		_, err := p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
+		_, err = p.Enqueue(ctx, Job{ID: "j4", Tenant: "a", Type: "x"})
 		var full *QueueFullError
 		if !errors.As(err, &full) || full.Depth != 4 || full.Bound != 4 {
 			t.Fatalf("enqueue into a full queue: %v; want QueueFullError at depth 4", err)
@@ -447,6 +449,11 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 		if err := ins.DeleteTask(cfg.Queue, task["j3"]); err != nil {
 			t.Fatal(err)
 		}
+		for _, id := range []string{"j0", "j2"} {
+			_, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"})
+			wantDuplicate(t, err, cfg, id)
+		}
+		clock.advance(idHold + time.Second)
 		for _, id := range []string{"j0", "j2"} {
 			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "a", Type: "x"}); err != nil {
 				t.Fatalf("the id of a job in asynq's hands: %v; want accepted", err)
@@ -609,6 +616,79 @@ func TestIDsScopedByTenant(t *testing.T) {
 				t.Errorf("tenant %s's job ran as task %q; want its own, naming the tenant", r.tenant, r.task)
 			}
 			seen[r.task] = true
+		}
+	})
+}
+
+// TestIDHeldUntilStarted: a job handed over to asynq keeps its id taken
+// until it starts: an enqueue of the id while it waits in asynq's pending
+// list (or for its worker to put it back, its slot too far away) is
+// refused. Put back, its id is counted in the waiting room once, the hold
+// ended in the same step; a job that starts frees its id. A job whose id
+// the queue chose is neither counted nor held, even when put back.
+func TestIDHeldUntilStarted(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		k := p.shards[0]
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		api := Downstream{Limit: throttle.Limit{Rate: 100, MaxWait: time.Second}}
+		if _, err := th.Pause(ctx, "api", api.Limit, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range []Job{{ID: "waits", Tenant: "a", Downstream: "api"}, {ID: "runs", Tenant: "b"}, {Tenant: "c"}, {Tenant: "d", Downstream: "api"}} {
+			j.Type = "x"
+			if _, err := p.Enqueue(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, ShutdownTimeout: 5 * time.Second,
+			Downstreams: func(name string) (Downstream, bool) { return api, name == "api" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.claim(ctx, s.disp[0]); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := p.Stats(ctx); err != nil || st.HandedOver != 4 {
+			t.Fatalf("stats %+v, %v; want the 4 jobs handed over", st, err)
+		}
+		// Handed over, not started: both ids taken, neither counted in the
+		// waiting room.
+		for id, tenant := range map[string]string{"waits": "a", "runs": "b"} {
+			_, err := p.Enqueue(ctx, Job{ID: id, Tenant: tenant, Type: "x"})
+			wantDuplicate(t, err, cfg, id)
+		}
+		if n, err := client.Exists(ctx, k.ids).Result(); err != nil || n != 0 {
+			t.Fatalf("ids hash exists (%d, %v) with every job handed over", n, err)
+		}
+		if held, err := client.ZRange(ctx, k.held, 0, -1).Result(); err != nil || !slices.Equal(held, []string{"=a/waits", "=b/runs"}) {
+			t.Fatalf("held ids %q, %v; want =a/waits and =b/runs", held, err)
+		}
+
+		rec := newRecorder()
+		if err := s.Start(rec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Shutdown)
+		waitFor(t, 20*time.Second, "b's and c's jobs to run and a's and d's to be put back", func() bool {
+			st, err := p.Stats(ctx)
+			return rec.count() == 2 && err == nil && st.Depth == 2 && st.HandedOver == 0 && st.Sleeping == 2
+		})
+		if ids, err := client.HGetAll(ctx, k.ids).Result(); err != nil || len(ids) != 1 || ids["=a/waits"] != "1" {
+			t.Fatalf("ids hash %v, %v; want the put-back =a/waits once (not d's job, whose id the queue chose)", ids, err)
+		}
+		if n, err := client.Exists(ctx, k.held).Result(); err != nil || n != 0 {
+			t.Fatalf("held ids exist (%d, %v) with no job handed over", n, err)
+		}
+		_, err = p.Enqueue(ctx, Job{ID: "waits", Tenant: "a", Type: "x"})
+		wantDuplicate(t, err, cfg, "waits")
+		if r, err := p.Enqueue(ctx, Job{ID: "runs", Tenant: "b", Type: "x"}); err != nil || r.ID != "runs" {
+			t.Fatalf("the id of a job that started: %+v, %v; want accepted", r, err)
 		}
 	})
 }

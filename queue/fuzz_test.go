@@ -318,7 +318,7 @@ func checkAccepted(t *testing.T, room *fuzzRoom, body []byte, resp EnqueueRespon
 		t.Fatalf("stored job's nonce %q; want 16 hex digits", j.nonce)
 	}
 	want := Job{ID: resp.ID, nonce: j.nonce, Tenant: req.Tenant, Type: req.Type, Downstream: req.Downstream, Cost: req.Cost, MaxRetry: req.MaxRetry,
-		class: "default", enqueuedAt: j.enqueuedAt}
+		class: "default", enqueuedAt: j.enqueuedAt, idRecorded: req.ID != ""}
 	if req.Tenant == "limited" {
 		want.class = "limited"
 	}
@@ -744,8 +744,10 @@ func FuzzDecodeItem(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, seed := range []string{it, msg, "c\t", "c\t1:2\t", "c\t99:1\tshort", "c\t0:0\t\x12\x7f{}",
-		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", "c\t0:0\t\x0a\x01x\x12\x7f{}", "c\t0:0\t\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"} {
+	h := "sluice/1\tclass=c\ttask=sluice:a@b:0\n"
+	for _, seed := range []string{it, msg, "sluice/1\t", "sluice/1\tclass=c\n", h, h + "\x12\x7f{}",
+		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", h + "\x0a\x01x\x12\x7f{}", h + "\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+		h + "\x0d\x01\x02\x03\x04\x12\x02{}", h + "\x4a\x03abc"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, entry string) {

@@ -334,11 +334,19 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 	// throttle, the dispatcher cannot read it to check the downstream it
 	// names, and takes it unchecked.
 	noTenant := `{"id":"no-tenant","type":"x","downstream":"api"}`
+	// An entry as sluice wrote them before the header named its fields
+	// (class TAB offset:length of the task id TAB message) is no entry
+	// either.
+	oldMsg := string(taskMessage("x", []byte(`{"id":"old","tenant":"a","type":"x"}`), "sluice:=a/old@00:0", cfg.Queue, 1, 1800))
+	old := fmt.Sprintf("default\t%d:%d\t%s", strings.Index(oldMsg, "sluice:"), len("sluice:=a/old@00:0"), oldMsg)
+	noTenantTask := "sluice:no-tenant@00:0"
 	bad := []string{"not json", `{"id":"a","tenant":"a","type":"x"}`, `[1,2]`,
-		"\x0a", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:a@b:0",
-		"default\t0:3\tabc", "gold\t5:40\tshort", "x\t0:9\tsluice:ab", "x\t0:10\tsluice:@bc",
-		"\t0:1\tx", "x\t0:1", "x\t0:1\t",
-		entry(defaultClass, "x", []byte(noTenant), "sluice:no-tenant@00:0", cfg.Queue, 0, 1800)}
+		"\x0a", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:a@b:0", old,
+		"sluice/1\tclass=x\ttask=sluice:ab\nmsg", "sluice/1\tclass=x\ttask=sluice:@bc\nmsg",
+		"sluice/1\tclass=\ttask=sluice:a@b:0\nmsg", "sluice/1\ttask=sluice:a@b:0\nmsg",
+		"sluice/1\tclass=x\nmsg", "sluice/1\tclass=x\ttask=sluice:a@b:0", "sluice/2\tclass=x\ttask=sluice:a@b:0\nmsg",
+		"sluice/1class=x\ttask=sluice:a@b:0\nmsg", "sluice/1\tclass=x\tmytask=sluice:a@b:0\nmsg",
+		entry(defaultClass, "api", noTenantTask, taskMessage("x", []byte(noTenant), noTenantTask, cfg.Queue, 0, 1800))}
 	want := append(bad[:len(bad)-1:len(bad)-1], noTenant)
 	if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -37,11 +36,14 @@ func retentionField(d time.Duration) string {
 	return string(protowire.AppendVarint(protowire.AppendTag(nil, fieldRetention, protowire.VarintType), uint64(s)))
 }
 
-// entry returns a waiting-room entry, "class TAB task-id-offset:length TAB
-// message", the message byte for byte asynq's Client's TaskMessage of the
-// job's task but for Retention, which the hand-over appends (docs/queue.md,
-// Entries).
-func entry(class, typ string, payload []byte, id, queue string, retry, timeout int64) string {
+// entryMarker begins every waiting-room entry: the header's grammar and
+// its version (docs/queue.md, Entries; queue_handover.lua's read).
+const entryMarker = "sluice/1"
+
+// taskMessage returns asynq's TaskMessage of a task, byte for byte what
+// asynq's Client writes but for Retention, which the hand-over appends.
+// It is the only place that encodes one.
+func taskMessage(typ string, payload []byte, id, queue string, retry, timeout int64) []byte {
 	var b []byte
 	str := func(num protowire.Number, s string) {
 		if s != "" {
@@ -55,12 +57,68 @@ func entry(class, typ string, payload []byte, id, queue string, retry, timeout i
 	}
 	str(fieldType, typ)
 	str(fieldPayload, string(payload))
-	idAt := len(b) + protowire.SizeTag(fieldID) + protowire.SizeVarint(uint64(len(id)))
 	str(fieldID, id)
 	str(fieldQueue, queue)
 	num(fieldRetry, retry)
 	num(fieldTimeout, timeout)
-	return class + "\t" + strconv.Itoa(idAt) + ":" + strconv.Itoa(len(id)) + "\t" + string(b)
+	return b
+}
+
+// entry returns a waiting-room entry: a header line the scripts read by
+// field name, then the task's message (taskMessage), which they copy
+// without reading it:
+//
+//	sluice/1 TAB class=<class> TAB task=<task id> [TAB downstream=<name>] LF <message>
+//
+// No value holds a tab or a newline (docs/queue.md, Entries).
+func entry(class, downstream, task string, msg []byte) string {
+	n := len(entryMarker) + len(class) + len(task) + len(downstream) + len(msg) + 32
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(entryMarker)
+	b.WriteString("\tclass=")
+	b.WriteString(class)
+	b.WriteString("\ttask=")
+	b.WriteString(task)
+	if downstream != "" {
+		b.WriteString("\tdownstream=")
+		b.WriteString(downstream)
+	}
+	b.WriteByte('\n')
+	b.Write(msg)
+	return b.String()
+}
+
+// header is what an entry's header line says (see entry).
+type header struct {
+	class, downstream, task string
+}
+
+// readEntry splits an entry into its header, read by field name (in any
+// order, the first of a name counting; others are skipped), and its
+// message. ok is false for text that is no entry, as queue_handover.lua's
+// read finds it.
+func readEntry(it string) (h header, msg []byte, ok bool) {
+	line, rest, found := strings.Cut(it, "\n")
+	fields, marked := strings.CutPrefix(line, entryMarker)
+	if !found || !marked || !strings.HasPrefix(fields, "\t") {
+		return h, nil, false
+	}
+	h = header{class: field(fields, "class"), downstream: field(fields, "downstream"), task: field(fields, "task")}
+	// A task id is sluice:<scoped id>@<nonce>:<moves> (Job.taskID).
+	id, isOurs := strings.CutPrefix(h.task, "sluice:")
+	if h.class == "" || !isOurs || strings.Index(id, "@") < 1 {
+		return h, nil, false
+	}
+	return h, []byte(rest), true
+}
+
+// field returns the value of the first field called name in a header's
+// fields, each TAB name=value ("" if there is none).
+func field(fields, name string) string {
+	_, v, _ := strings.Cut(fields, "\t"+name+"=")
+	v, _, _ = strings.Cut(v, "\t")
+	return v
 }
 
 // item returns the job's entry in its tenant's list (see entry), its
@@ -79,26 +137,29 @@ func (j *Job) item(queue string) (string, error) {
 	// throttle Redis could not answer), and a worker that died; process
 	// archives the job itself when its last allowed run fails.
 	retry := max(j.maxRetry()-j.retried, 0) + 1
-	return entry(class, j.Type, []byte(env), j.taskID(), queue, int64(retry), int64(j.timeout()/time.Second)), nil
+	task := j.taskID()
+	return entry(class, j.Downstream, task, taskMessage(j.Type, []byte(env), task, queue, int64(retry), int64(j.timeout()/time.Second))), nil
 }
 
 // decodeItem decodes the job of a tenant list's entry (see entry): the
-// envelope in its message's payload, which follows the type.
+// envelope is its message's payload.
 func decodeItem(it string) (*Job, error) {
-	_, rest, _ := strings.Cut(it, "\t")
-	_, msg, ok := strings.Cut(rest, "\t")
-	b := []byte(msg)
-	for _, field := range []protowire.Number{fieldType, fieldPayload} {
+	_, b, ok := readEntry(it)
+	for ok && len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
-		if !ok || n < 0 || num != field || typ != protowire.BytesType {
+		if n < 0 {
 			break
 		}
-		v, m := protowire.ConsumeBytes(b[n:])
+		if num == fieldPayload && typ == protowire.BytesType {
+			v, m := protowire.ConsumeBytes(b[n:])
+			if m < 0 {
+				break
+			}
+			return decodeJob(v)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
 			break
-		}
-		if field == fieldPayload {
-			return decodeJob(v)
 		}
 		b = b[n+m:]
 	}

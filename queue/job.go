@@ -54,12 +54,12 @@ const (
 // Job is one unit of work.
 type Job struct {
 	// ID identifies the job; a random one is chosen when empty. At most
-	// MaxIDLen bytes of [A-Za-z0-9_.:-]. While a job waits in the waiting
-	// room (until it is handed to asynq, and again whenever it is put
+	// MaxIDLen bytes of [A-Za-z0-9_.:-]. Until a job starts (waiting in
+	// the waiting room, handed to asynq, and again whenever it is put
 	// back), Enqueue refuses another job of its tenant with the same ID
 	// (*DuplicateJobError), so that a producer that lost an answer may
-	// send the job again. Once handed over, the ID may be used again, by
-	// a separate job (docs/queue.md, Job ids). Handlers that must not act
+	// send the job again. Once it has started, the ID may be used again,
+	// by a separate job (docs/queue.md, Job ids). Handlers that must not act
 	// twice should use ScopedID as an idempotency key.
 	ID string `json:"id"`
 	// Tenant is whose job it is: admission, backlog bounds and the fair
@@ -110,6 +110,10 @@ type Job struct {
 	moves      int
 	refused    int
 	class      string
+	// idRecorded: its caller chose its id, so the ids hash counts the job
+	// while it waits, and its id is held while it is handed over until it
+	// starts. holding: this run of the job holds it still.
+	idRecorded, holding bool
 }
 
 // EnqueuedAt is when the Producer accepted the job.
@@ -317,11 +321,12 @@ type envelope struct {
 	Moves      int       `json:"moves,omitempty"`
 	Refused    int       `json:"refused,omitempty"`
 	Class      string    `json:"class,omitempty"`
+	IDRecorded bool      `json:"id_recorded,omitempty"`
 }
 
 // encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class})
+	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded})
 	return string(b), err
 }
 
@@ -332,7 +337,7 @@ func decodeJob(s []byte) (*Job, error) {
 		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	j := e.Job
-	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class
+	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class, j.idRecorded = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class, e.IDRecorded
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
 	}

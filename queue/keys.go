@@ -29,6 +29,9 @@ type keys struct {
 	// full marks throttle keys whose next slot is too far away, until
 	// when (sorted set).
 	full string
+	// held holds the ids of jobs handed over and not started yet, until
+	// when (sorted set; docs/queue.md, Job ids).
+	held string
 	// ticks maps each periodic job's schedule whose tenant lives in the
 	// shard to the last tick claimed (µs; Producer.EnqueueTick).
 	ticks                   string
@@ -54,6 +57,7 @@ func newKeys(prefix, queue string) keys {
 		later:        k("later"),
 		ldepth:       k("ldepth"),
 		full:         k("full"),
+		held:         k("held"),
 		ticks:        k("ticks"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",

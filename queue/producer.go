@@ -245,6 +245,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	} else {
 		recordID = job.ScopedID()
 	}
+	job.idRecorded = recordID != ""
 	job.nonce = randomHex(8)
 	job.enqueuedAt = time.Now().UTC()
 	if p.cfg.clock != nil {
@@ -283,7 +284,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 		due = max(job.RunAt.UnixMicro(), 1)
 	}
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
-		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks},
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks, k.held},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
 		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick)).Slice()
 	if isOOM(err) {

@@ -283,8 +283,12 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	job.retried += n
+	// The first run of a hand-over holds the job's recorded id until the
+	// job starts or goes back to the waiting room (release, putBack).
+	job.holding = first && job.idRecorded
 	key, d, ok := s.throttleFor(job)
 	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
+		s.release(ctx, job)
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
@@ -295,6 +299,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
 		}
 		if err != nil {
+			if neverFits(err) {
+				s.release(ctx, job)
+			}
 			return s.throttleError(job, err)
 		}
 		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
@@ -312,11 +319,20 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				return s.leaseBusy(ctx, t, job, key)
 			}
 			if err != nil {
+				if neverFits(err) {
+					s.release(ctx, job)
+				}
 				return s.throttleError(job, err)
 			}
 			ctx = lease.Keep(ctx)
 			defer lease.Release(context.WithoutCancel(ctx))
 		}
+	}
+	if err := s.release(ctx, job); err != nil {
+		if r, booked := Reservation(ctx); booked {
+			s.cancelSlot(ctx, r)
+		}
+		return fmt.Errorf("%w: ending the hold of job %s's id: %v", errNotFailure, job.ID, err)
 	}
 	if first {
 		s.metrics.starts.Inc()
@@ -353,6 +369,21 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
+}
+
+// release ends the hold of a job's id, which it has from its hand-over
+// until it starts or leaves for good (docs/queue.md, Job ids): one
+// command for a job whose id is recorded, none for others.
+func (s *Server) release(ctx context.Context, job *Job) error {
+	if !job.holding {
+		return nil
+	}
+	k, _, _, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
+	if err := s.client.ZRem(context.WithoutCancel(ctx), k.held, job.ScopedID()).Err(); err != nil {
+		return err
+	}
+	job.holding = false
+	return nil
 }
 
 // latest returns the later of a and b.
@@ -486,14 +517,23 @@ func mark(job *Job, d Downstream) string {
 // another of its jobs was on its way back must not be undone.
 func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Duration, reason, mark string, sooner bool) error {
 	job.moves++
+	// Back in the waiting room, a recorded id is counted there and its
+	// hold, if the job has one still, ends.
+	record, hold := "", ""
+	if job.idRecorded {
+		record = job.ScopedID()
+	}
+	if job.holding {
+		hold = record
+	}
 	k, enc, list, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
 	item, err := job.item(k.queue)
 	if err != nil {
 		return err
 	}
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), job.ScopedID(), sleepText(job.Tenant, reason), mark, sooner).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full, k.held},
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), record, sleepText(job.Tenant, reason), mark, sooner, hold).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)

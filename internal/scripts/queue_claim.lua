@@ -22,16 +22,18 @@
 --          pending list (see queue_handover.lua), 10 why each tenant
 --          sleeps (see queue_untake.lua), 11 jobs for later, 12 jobs for
 --          later per tenant (see queue_enqueue.lua), 13 full set
---          (throttle key -> until when, µs: see queue_untake.lua)
+--          (throttle key -> until when, µs: see queue_untake.lua), 14
+--          held ids (see queue_handover.lua)
 -- ARGV     1 prefetch (the most tasks asynq's pending list may hold
 --          before a claim hands more over), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take,
 --          5 asynq's task key prefix, 6 asynq's TaskMessage field
---          Retention, encoded ("" for none)
--- A job's throttle key is read from its envelope: the field "downstream"
--- (names are [A-Za-z0-9_.-]); its marks are <downstream> for a shared
--- bucket and <downstream>/<encoded tenant> for a tenant's own.
+--          Retention, encoded ("" for none), 7 how long an id stays held
+--          at most (µs)
+-- A job's throttle key is read from its entry's header: the field
+-- downstream (see queue_handover.lua); its marks are <downstream>
+-- for a shared bucket and <downstream>/<encoded tenant> for a tenant's own.
 -- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  {"taken", n, next}      n jobs handed over; next is "now" when
 --                                  the next claim should come at once (the
@@ -46,7 +48,7 @@
 --                                  wait µs (-1: none)
 --          {"full", pending}       the prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
-  taskprefix = ARGV[5], retention = ARGV[6]}
+  held = KEYS[14], taskprefix = ARGV[5], retention = ARGV[6], hold = tonumber(ARGV[7])}
 local now = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
 local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])
@@ -80,12 +82,12 @@ end
 -- job's key is not looked up at all.
 redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', now)
 local marked = redis.call('ZCARD', KEYS[13]) > 0
--- until_of returns when the marks on an entry's throttle keys end (nil:
--- none). Payloads are base64 in the envelope and string fields escape
--- their quotes, so this text only ever is the downstream field.
-local function until_of(tenant, entry)
-  local ds = string.match(entry, '"downstream":"([%w_%.%-]+)"')
-  if not ds then return nil end
+-- until_of returns when the marks on the throttle keys of a job of the
+-- tenant end (nil: none), its downstream read from the header of its
+-- entry, which ends at lf.
+local function until_of(tenant, entry, lf)
+  local ds = field(entry, lf, '\tdownstream=')
+  if not ds or ds == '' then return nil end
   local s = redis.call('ZMSCORE', KEYS[13], ds, ds .. '/' .. tenant)
   local u = math.max(tonumber(s[1] or '0'), tonumber(s[2] or '0'))
   if u > now then return u end
@@ -141,12 +143,12 @@ while n < room and empties < 32 do
       -- back to the head of the list.
       local stop, junk, wake
       for i, h in ipairs(got) do
-        local task, class, msg = read(h)
+        local task, class, msg, lf = read(h)
         if not task then
           stop, junk = i, true
           break
         end
-        wake = marked and until_of(tenant, h)
+        wake = marked and until_of(tenant, h, lf)
         if wake then
           stop = i
           break

@@ -4,8 +4,8 @@
 -- refused for a full queue consumes no admission. The bound counts the
 -- jobs waiting to start: in the waiting room (the depth) and in asynq's
 -- pending list (handed over, or asynq's own retries that are due). A job
--- whose id is waiting in the room already is refused first, writing
--- nothing: the same check and the same step, so that of concurrent
+-- whose id is waiting in the room already, or handed over and not
+-- started yet, is refused first, writing nothing: the same check and the same step, so that of concurrent
 -- producers sending one id exactly one gets in. A tenant's backlog is its
 -- jobs in the waiting room, due or for later. A job due later waits in
 -- the sorted set of jobs for later until a claim (queue_claim.lua) moves
@@ -24,7 +24,9 @@
 --          count of waiting jobs, 9 ids hash (scoped job id, tenant/id as
 --          queue.Job.ScopedID writes it -> how many jobs of it are waiting),
 --          10 jobs for later, 11 per-tenant count of jobs for later,
---          12 ticks hash (schedule name -> its last tick claimed, µs)
+--          12 ticks hash (schedule name -> its last tick claimed, µs),
+--          13 held ids (scoped id -> until when, µs: a job of it handed
+--          over and not started; see queue_handover.lua)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
@@ -50,12 +52,18 @@ if ARGV[16] ~= '' then
   redis.call('HSET', KEYS[12], ARGV[16], ARGV[17])
 end
 local tbound = tonumber(ARGV[10])
--- The id is recorded first and the depth counted first, each in the one
+-- An id is taken by a job of it handed over and not started yet (held,
+-- until a time should its worker never say: queue_handover.lua), or
+-- waiting. Then the id is recorded and the depth counted, each in the one
 -- command that also checks it; a refusal below takes them back, so that
 -- the common case, an accepted job, costs no extra command.
 -- An empty id is one the producer chose at random, which no other job
--- can have: it is not recorded.
-if id ~= '' and redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {'duplicate', 0, 0, 0} end
+-- can have: it is neither looked up nor recorded.
+if id ~= '' then
+  local held = redis.call('ZSCORE', KEYS[13], id)
+  if held and tonumber(held) > clock(ARGV[14]) then return {'duplicate', 0, 0, 0} end
+  if redis.call('HSETNX', KEYS[9], id, 1) == 0 then return {'duplicate', 0, 0, 0} end
+end
 local room = redis.call('HINCRBY', KEYS[1], 'depth', 1) - 1
 local function refuse(r)
   redis.call('HINCRBY', KEYS[1], 'depth', -1)

@@ -2,7 +2,9 @@
 -- throttled before it started, or it ran and must run again later without
 -- spending a retry (a 429). It is in the waiting room again: in the depth,
 -- its tenant's backlog, its class's count, and its id is refused again
--- (another job of that id enqueued meanwhile keeps its own count).
+-- (another job of that id enqueued meanwhile keeps its own count): a job
+-- put back before it started ends its id's hold (queue_handover.lua) in
+-- this same step, so that the id is never free in between.
 -- Optionally the tenant sleeps until a time, and the job's throttle key
 -- is marked full until then, so that claims hand over no job of that key
 -- meanwhile (queue_claim.lua).
@@ -10,18 +12,23 @@
 --          asleep, 4 sleeping tenants, 5 meta hash, 6 per-class count of
 --          waiting jobs (the default class is not counted), 7 ids hash,
 --          8 why each tenant sleeps (hash: tenant -> tenant id TAB
---          reason, for Stats), 9 full set (throttle key -> until, µs)
--- ARGV     1 the envelope to put back, 2 tenant (encoded), 3 sleep (µs,
---          0: none), 4 now in µs or "" for TIME, 5 the job's metrics
---          class, 6 scoped job id (queue.Job.ScopedID), 7 the tenant's
---          id and why it sleeps, 8 the throttle key to mark full for the
---          sleep ("": none), 9 "1" when a tenant asleep already keeps the
---          sooner of its two wake times (else the later)
+--          reason, for Stats), 9 full set (throttle key -> until, µs),
+--          10 held ids
+-- ARGV     1 the job's entry to put back (queue.Job.item), 2 tenant
+--          (encoded), 3 sleep (µs, 0: none), 4 now in µs or "" for TIME,
+--          5 the job's metrics class, 6 scoped job id
+--          (queue.Job.ScopedID; "" for an id the queue chose, which is
+--          not recorded), 7 the tenant's id and why it sleeps, 8
+--          the throttle key to mark full for the sleep ("": none), 9
+--          "1" when a tenant asleep already keeps the sooner of its two
+--          wake times (else the later), 10 the scoped id whose hold
+--          ends ("": the job holds none)
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
 redis.call('HINCRBY', KEYS[5], 'depth', 1)
-redis.call('HINCRBY', KEYS[7], ARGV[6], 1)
+if ARGV[6] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[6], 1) end
+if ARGV[10] ~= '' then redis.call('ZREM', KEYS[10], ARGV[10]) end
 if ARGV[5] ~= 'default' then redis.call('HINCRBY', KEYS[6], ARGV[5], 1) end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 local sleep = tonumber(ARGV[3])
