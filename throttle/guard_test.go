@@ -56,7 +56,7 @@ func (b *apiBucket) refusals(arrivals []time.Duration) []int {
 // API's bucket allows; but the burst's calls, sent in a rush, reach the
 // API a few ms later than the paced calls after them do. Without the
 // guard the first paced call finds the API's bucket still full by that
-// spread and is refused; with it, the paced calls start Guard (100 ms,
+// spread and is refused; with it, the paced calls start Guard (250 ms,
 // capped at half of the 500 ms interval) later than the bucket alone
 // would allow, and no call is refused while the spread stays under the
 // guard. Three ways the calls come: all booked at once (a backlog); the
@@ -83,8 +83,8 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 			refused            int
 		}{
 			{"the guard, burst 5ms later than pace", 0, 6 * ms, 1 * ms, 0},
-			{"the guard, burst 99ms later than pace", 0, 100 * ms, 1 * ms, 0},
-			{"the guard, burst 150ms later than pace", 0, 151 * ms, 1 * ms, 1},
+			{"the guard, burst 249ms later than pace", 0, 250 * ms, 1 * ms, 0},
+			{"the guard, burst 300ms later than pace", 0, 301 * ms, 1 * ms, 1},
 			{"no guard, burst 5ms later than pace", -1, 6 * ms, 1 * ms, 1},
 			{"no guard, the same lag for every call", -1, 3 * ms, 3 * ms, 0},
 		} {
@@ -113,7 +113,7 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 					// Burst means at once, and the pace is the API's.
 					guard := time.Duration(0)
 					if c.guard == 0 {
-						guard = 100 * ms
+						guard = DefaultGuard
 					}
 					for i, s := range slots {
 						want := p.made(i)
@@ -131,7 +131,7 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 }
 
 // TestGuardSteps: when the guard starts and ends, step by step, at 10/s
-// with a burst of 3 (an interval of 100 ms; the guard, 100 ms by default,
+// with a burst of 3 (an interval of 100 ms; the guard, 250 ms by default,
 // is capped at half of it: 50 ms), and its parts: a burst of 1 has none,
 // a bucket of Also has its own, cancelling leaves it.
 func TestGuardSteps(t *testing.T) {
@@ -204,16 +204,16 @@ func TestGuardSteps(t *testing.T) {
 		},
 		{
 			// 10/s with a burst of 3 (guard 50ms), and 2/s with a burst
-			// of 2 (interval 500ms, guard 100ms): the second call fills
+			// of 2 (interval 500ms, guard 250ms): the second call fills
 			// the slower bucket, which from then on holds the calls
-			// 500ms apart, 100ms late.
+			// 500ms apart, 250ms late.
 			name: "each bucket of Also has its own",
 			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Burst: 2}}},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 0},
-				{0, "reserve", 1, true, 600 * ms},
-				{0, "reserve", 1, true, 1100 * ms},
+				{0, "reserve", 1, true, 750 * ms},
+				{0, "reserve", 1, true, 1250 * ms},
 			},
 		},
 	}

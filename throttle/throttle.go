@@ -41,10 +41,12 @@ const (
 	// that would have to wait is not given one. Any negative MaxWait
 	// means the same; the policy file spells it max_wait: none.
 	NoWait time.Duration = -1
-	// DefaultGuard is Limit.Guard when it is zero: enough for the few to
-	// tens of milliseconds by which a burst's calls, sent in a rush,
-	// reach the API later than the paced calls after them.
-	DefaultGuard = 100 * time.Millisecond
+	// DefaultGuard is Limit.Guard when it is zero: enough for the tens
+	// to a hundred or so milliseconds by which a burst's calls, sent in a
+	// rush (a fleet starting on a backlog), reach the API later than the
+	// paced calls after them. It delays only the first paced call after
+	// a burst; the pace is unchanged.
+	DefaultGuard = 250 * time.Millisecond
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts

@@ -610,19 +610,20 @@ func census(ctx context.Context, rdb redis.UniversalClient, tenants []string) (m
 }
 
 // entryID returns the job id of a waiting-room entry, read from the asynq
-// task id that its header locates (docs/queue.md, Entries):
+// task id in its header's task field (docs/queue.md, Entries):
 // sluice:<tenant>/<id>@<nonce>:<moves>.
 func entryID(e string) (string, bool) {
-	_, rest, _ := strings.Cut(e, "\t")
-	at, msg, _ := strings.Cut(rest, "\t")
-	off, n, _ := strings.Cut(at, ":")
-	o, err1 := strconv.Atoi(off)
-	l, err2 := strconv.Atoi(n)
-	if err1 != nil || err2 != nil || o < 0 || l < 0 || o+l > len(msg) {
+	header, _, ok := strings.Cut(e, "\n")
+	if !ok || !strings.HasPrefix(header, "sluice/1\t") {
 		return "", false
 	}
-	_, id, _ := strings.Cut(msg[o:o+l], "/")
-	id, _, ok := strings.Cut(id, "@")
+	_, task, ok := strings.Cut(header, "\ttask=")
+	if !ok {
+		return "", false
+	}
+	task, _, _ = strings.Cut(task, "\t")
+	_, id, _ := strings.Cut(task, "/")
+	id, _, ok = strings.Cut(id, "@")
 	return id, ok
 }
 
