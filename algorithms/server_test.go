@@ -117,30 +117,48 @@ func TestStateFormat(t *testing.T) {
 				// Integers per state: the GCRA's TAT is "a:f", or "a" when
 				// f is 0 (after the third call here).
 				fields := map[Algorithm][]int{FixedWindow: {2, 2, 2}, SlidingWindowCounter: {3, 3, 3}, TokenBucket: {2, 2, 2}, GCRA: {2, 2, 1}}[alg]
-				for i := int64(0); i < 3; i++ {
-					d, err := l.AllowN(ctx, "tenant", 1)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !d.Allowed || d.Remaining != 2-i {
-						t.Fatalf("call %d: %+v; want admitted, %d remaining", i, d, 2-i)
-					}
-					if typ, _ := client.Type(ctx, k).Result(); typ != "string" {
-						t.Fatalf("state key %q is a %s; want a string", k, typ)
-					}
-					v, err := client.Get(ctx, k).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					parts := strings.Split(v, ":")
-					if len(parts) != fields[i] {
-						t.Fatalf("call %d: state %q; want %d integers", i, v, fields[i])
-					}
-					for _, s := range parts {
-						if _, err := strconv.ParseInt(s, 10, 64); err != nil {
-							t.Fatalf("call %d: state %q: %v", i, v, err)
+				// A window algorithm whose window ends during the calls
+				// (its key expires with the window) starts again: the
+				// calls are a few ms, the window a minute.
+				calls := func() (rolled bool) {
+					for i := int64(0); i < 3; i++ {
+						d, err := l.AllowN(ctx, "tenant", 1)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if (alg == FixedWindow || alg == SlidingWindowCounter) && d.ResetAfter < time.Second {
+							return true
+						}
+						if !d.Allowed || d.Remaining != 2-i {
+							t.Fatalf("call %d: %+v; want admitted, %d remaining", i, d, 2-i)
+						}
+						if typ, _ := client.Type(ctx, k).Result(); typ != "string" {
+							t.Fatalf("state key %q is a %s; want a string", k, typ)
+						}
+						v, err := client.Get(ctx, k).Result()
+						if err != nil {
+							t.Fatal(err)
+						}
+						parts := strings.Split(v, ":")
+						if len(parts) != fields[i] {
+							t.Fatalf("call %d: state %q; want %d integers", i, v, fields[i])
+						}
+						for _, s := range parts {
+							if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+								t.Fatalf("call %d: state %q: %v", i, v, err)
+							}
 						}
 					}
+					return false
+				}
+				for attempt := 0; calls(); attempt++ {
+					if attempt == 2 {
+						t.Fatal("the window ended during the calls three times")
+					}
+					if err := l.Reset(ctx, "tenant"); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Second) // past the window's end
 				}
 				if d, _ := l.PeekN(ctx, "tenant", 1); d.Allowed {
 					t.Fatalf("peek after the limit: %+v", d)
