@@ -408,12 +408,12 @@ func (e *env) runSystem(ctx context.Context, sys string) (summary, error) {
 		if len(calls) >= len(due) || time.Now().After(deadline) {
 			break
 		}
-		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+		if err := proc.Sleep(ctx, 250*time.Millisecond); err != nil {
 			return summary{}, err
 		}
 	}
 	// Let a repeat that was on its way arrive.
-	if err := sleep(ctx, 500*time.Millisecond); err != nil {
+	if err := proc.Sleep(ctx, 500*time.Millisecond); err != nil {
 		return summary{}, err
 	}
 	if calls, err = fetchCalls(ctx, url); err != nil {
@@ -471,29 +471,8 @@ func (e *env) enqueueAsynq(ctx context.Context, url string, due []time.Time) err
 }
 
 func fetchCalls(ctx context.Context, url string) ([]call, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stats", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reading the API's record: %w", err)
-	}
-	defer resp.Body.Close()
 	var calls []call
-	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
-		return nil, fmt.Errorf("reading the API's record: %w", err)
-	}
-	return calls, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
+	return calls, proc.Stats(ctx, url, &calls)
 }
 
 // report is the markdown table of the run.

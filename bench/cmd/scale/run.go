@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -258,7 +257,7 @@ func (e *env) runSystem(ctx context.Context, c scaleCase, system string, t *targ
 	rss := sampleRSS(pids, rssEvery)
 	e.logf("%s, %s: %d workers started in %v; warm-up %v, then measuring %v", c.name, system, len(workers),
 		time.Since(t0).Round(time.Millisecond), e.o.warmup, e.o.measure)
-	if err := sleep(ctx, e.o.warmup); err != nil {
+	if err := proc.Sleep(ctx, e.o.warmup); err != nil {
 		rss.end()
 		return nil, err
 	}
@@ -267,7 +266,7 @@ func (e *env) runSystem(ctx context.Context, c scaleCase, system string, t *targ
 		rss.end()
 		return nil, err
 	}
-	if err := sleep(ctx, e.o.measure); err != nil {
+	if err := proc.Sleep(ctx, e.o.measure); err != nil {
 		rss.end()
 		return nil, err
 	}
@@ -327,16 +326,6 @@ func (e *env) readCounters(ctx context.Context, t *target, url string) ([]redisi
 	return snaps, s, err
 }
 
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
-}
-
 // startAPI starts a fresh API process for case c and returns it with its
 // URL.
 func (e *env) startAPI(ctx context.Context, c scaleCase, system string) (*proc.Child, string, error) {
@@ -349,19 +338,7 @@ func (e *env) startAPI(ctx context.Context, c scaleCase, system string) (*proc.C
 // fetchStats reads the API's counters.
 func fetchStats(ctx context.Context, url string) (apiStats, error) {
 	var s apiStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stats", nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, fmt.Errorf("reading the API's counters: %w", err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return s, fmt.Errorf("reading the API's counters: %w", err)
-	}
-	return s, nil
+	return s, proc.Stats(ctx, url, &s)
 }
 
 // tenantName is tenant i's id.

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -123,7 +121,7 @@ func (s *system) run(ctx context.Context) (summary, error) {
 	}
 	// The span starts at the first call, within a second or so of the
 	// workers' start: run long enough to cover it whole.
-	err = sleep(ctx, s.o.duration+3*time.Second)
+	err = proc.Sleep(ctx, s.o.duration+3*time.Second)
 	stopSampling()
 	wg.Wait()
 	if err != nil {
@@ -240,31 +238,8 @@ func writeTimeline(path string, calls []apiCall, samples []sample) error {
 }
 
 func fetchCalls(ctx context.Context, url string) ([]apiCall, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stats", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reading the API's record: %w", err)
-	}
-	defer resp.Body.Close()
 	var calls []apiCall
-	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
-		return nil, fmt.Errorf("reading the API's record: %w", err)
-	}
-	return calls, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return calls, proc.Stats(ctx, url, &calls)
 }
 
 // report is the markdown table of the run.

@@ -2,6 +2,7 @@ package proc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -56,4 +57,33 @@ func StartServer(ctx context.Context, g *Group, name, logPath string, limit time
 		return nil, "", err
 	}
 	return c, strings.TrimSpace(line), nil
+}
+
+// Stats reads a fake API's record (GET <url>/stats, JSON) into v.
+func Stats(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stats", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading the API's record: %w", err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("reading the API's record: %w", err)
+	}
+	return nil
+}
+
+// Sleep waits d or until ctx is done, and says which.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
