@@ -174,8 +174,12 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	n := takers(cfg.Concurrency)
 	for i := range n {
+		share := cfg.Concurrency / n // and one more for the first Concurrency % n
+		if i < cfg.Concurrency%n {
+			share++
+		}
 		s.srv = append(s.srv, asynq.NewServerFromRedisClient(client, asynq.Config{
-			Concurrency:     cfg.Concurrency/n + min(1, max(0, cfg.Concurrency%n-i)),
+			Concurrency:     share,
 			Queues:          queues,
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			LogLevel:        asynq.WarnLevel,
