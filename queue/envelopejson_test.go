@@ -224,3 +224,49 @@ func TestDecodeJobAllocations(t *testing.T) {
 		t.Errorf("decodeJob(%s): %.0f allocations, want at most 9", env, allocs)
 	}
 }
+
+// TestFastEnvelopeDecoderKnowsEveryField: each key of the envelope, its
+// own and its Job's, is one the fast decoder reads, so that a field added
+// to Job or envelope without it would fail here rather than send every
+// envelope to encoding/json.
+func TestFastEnvelopeDecoderKnowsEveryField(t *testing.T) {
+	var walk func(reflect.Type)
+	keys := 0
+	walk = func(rt reflect.Type) {
+		for i := range rt.NumField() {
+			f := rt.Field(i)
+			if f.Anonymous {
+				walk(f.Type)
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			var v string
+			switch {
+			case f.Type == reflect.TypeOf(time.Time{}):
+				v = `"2026-01-02T03:04:05.5+01:00"`
+			case f.Type.Kind() == reflect.String:
+				v = `"x"`
+			case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Uint8:
+				v = `"AAE="`
+			case f.Type.Kind() == reflect.Bool:
+				v = `true`
+			case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
+				v = `-7`
+			default:
+				t.Fatalf("envelope field %s has a type, %v, that this test does not know", f.Name, f.Type)
+			}
+			s := `{"` + name + `":` + v + `}`
+			if !checkFastAgrees(t, []byte(s)) {
+				t.Errorf("the fast decoder does not read %s (field %s)", s, f.Name)
+			}
+			keys++
+		}
+	}
+	walk(reflect.TypeOf(envelope{}))
+	if keys < 17 {
+		t.Fatalf("found %d keys, want the 17 the envelope has at least", keys)
+	}
+}
