@@ -166,3 +166,21 @@ func checkParsed(req Request) error {
 	}
 	return downstream.CheckRequest(req.Method, req.Header)
 }
+
+// TestFastRequestDecoderKnowsEveryField: each key of Request is one the
+// fast decoder reads, so that a field added to Request without it fails
+// here rather than send every payload to encoding/json.
+func TestFastRequestDecoderKnowsEveryField(t *testing.T) {
+	rt := reflect.TypeOf(Request{})
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		v := `"x"`
+		if f.Type.Kind() == reflect.Map {
+			v = `{"K":"v"}`
+		}
+		if s := `{"` + name + `":` + v + `}`; !checkRequestFastAgrees(t, []byte(s)) {
+			t.Errorf("the fast decoder does not read %s (field %s)", s, f.Name)
+		}
+	}
+}
