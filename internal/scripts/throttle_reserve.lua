@@ -8,7 +8,8 @@
 --
 -- The guard (throttle.Limit.Guard): in a bucket of burst > 1, a call that
 -- must wait for room, or that comes while the bucket is guarded, starts
--- G later than the rule above says (G the guard, capped at half of T):
+-- G later than the rule above says (G the guard, capped at T/2 or
+-- burst*T/8, whichever is more):
 -- its tolerance is burst*T - G. A booking that is guarded, or that leaves
 -- the bucket within G of full (TAT - slot > burst*T - G), marks it
 -- guarded; the mark is kept while the bucket holds anything and for G
@@ -116,9 +117,10 @@ local delay = 0
 for i, x in ipairs(b) do
   x.at, x.frac = now, 0
   x.pr = paced(x.pr, sh)
-  -- the guard in 1/rl µs: none for a burst of 1, at most half of T
+  -- the guard in 1/rl µs: none for a burst of 1, at most half of T or an
+  -- eighth of the bucket
   x.g = 0
-  if x.burst > 1 then x.g = math.min(guard * x.rl, math.floor(x.pr / 2)) end
+  if x.burst > 1 then x.g = math.min(guard * x.rl, math.max(math.floor(x.pr / 2), math.floor(x.burst * x.pr / 8))) end
   x.guarded = false
   local a = st[3 + 3 * i]
   if a then
