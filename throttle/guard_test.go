@@ -131,9 +131,9 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 }
 
 // TestGuardSteps: when the guard starts and ends, step by step, at 10/s
-// with a burst of 3 (an interval of 100 ms; the guard, 250 ms by default,
-// is capped at half of it: 50 ms), and its parts: a fast bucket's cap is
-// an eighth of the bucket instead, a burst of 1 has none,
+// with a burst of 3 (an interval of 100 ms) and a guard of 50 ms, and its
+// parts: the default guard is capped at half the bucket, a burst of 1 has
+// none,
 // a bucket of Also has its own, cancelling leaves it.
 func TestGuardSteps(t *testing.T) {
 	sec := time.Second
@@ -144,7 +144,7 @@ func TestGuardSteps(t *testing.T) {
 	}{
 		{
 			name: "from the call that fills the bucket until it has been empty for the guard",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 0},
@@ -168,7 +168,7 @@ func TestGuardSteps(t *testing.T) {
 		},
 		{
 			name: "a cost that fills the bucket at once",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 3, true, 0},
 				{0, "reserve", 1, true, 150 * ms},
@@ -177,7 +177,7 @@ func TestGuardSteps(t *testing.T) {
 		},
 		{
 			name: "cancelling the call that started the guard leaves it",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 2, true, 0},
 				{0, "reserve", 1, true, 0},
@@ -204,19 +204,18 @@ func TestGuardSteps(t *testing.T) {
 			},
 		},
 		{
-			// 1,000/s with a burst of 80: half an interval is 0.5ms, an
-			// eighth of the bucket 10ms, so the guard is 10ms, enough
-			// for the jitter of a fast key's calls.
-			name: "a fast bucket's guard is an eighth of it",
+			// 1,000/s with a burst of 80: the default guard, 250ms, is
+			// capped at half the bucket, 40ms.
+			name: "the guard is at most half the bucket",
 			lim:  Limit{Rate: 1000, Burst: 80, MaxWait: sec},
 			rows: []step{
 				{0, "reserve", 80, true, 0},
-				{0, "reserve", 1, true, 11 * ms},
-				{0, "reserve", 1, true, 12 * ms},
+				{0, "reserve", 1, true, 41 * ms},
+				{0, "reserve", 1, true, 42 * ms},
 			},
 		},
 		{
-			// 10/s with a burst of 3 (guard 50ms), and 2/s with a burst
+			// 10/s with a burst of 3 (guard 150ms), and 2/s with a burst
 			// of 2 (interval 500ms, guard 250ms): the second call fills
 			// the slower bucket, which from then on holds the calls
 			// 500ms apart, 250ms late.
@@ -255,7 +254,7 @@ func TestGuardInTheFallback(t *testing.T) {
 		local.hostNow = clock.Now
 		ctx := context.Background()
 		slow := []time.Duration{0, 0, 0, 0, 0, 0, 0, 520 * ms, 520 * ms, 520 * ms, 520 * ms, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}
-		fast := make([]time.Duration, 24) // at 1,000/s, a burst of 16: the guard is an eighth of the bucket, 2ms
+		fast := make([]time.Duration, 24) // at 1,000/s, a burst of 16: the guard is half the bucket, 8ms
 		for _, c := range []struct {
 			key string
 			lim Limit

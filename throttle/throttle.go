@@ -72,9 +72,8 @@ type Limit struct {
 	// been empty for Guard. A burst whose calls reached the API a little
 	// late then cannot make the paced calls after it overflow the API's
 	// bucket. The pace and the burst after an idle spell are unchanged.
-	// At most half of one unit's interval, or an eighth of Burst·interval
-	// when that is more (a fast key's calls jitter by more than half of
-	// its short interval), is used. Default DefaultGuard;
+	// At most half the bucket (Burst/2 units' intervals) is used. Default
+	// DefaultGuard;
 	// negative means none. It applies to the buckets of Also as well.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
@@ -190,7 +189,7 @@ type compiled struct {
 	bucket
 	name    string
 	maxWait int64 // µs
-	guard   int64 // µs, before the cap (half an interval or an eighth of the bucket)
+	guard   int64 // µs, before the cap of half the bucket
 	learn   bool
 	also    []bucket
 }

@@ -8,8 +8,8 @@
 --
 -- The guard (throttle.Limit.Guard): in a bucket of burst > 1, a call that
 -- must wait for room, or that comes while the bucket is guarded, starts
--- G later than the rule above says (G the guard, capped at T/2 or
--- burst*T/8, whichever is more):
+-- G later than the rule above says (G the guard, capped at half the
+-- bucket, burst*T/2):
 -- its tolerance is burst*T - G. A booking that is guarded, or that leaves
 -- the bucket within G of full (TAT - slot > burst*T - G), marks it
 -- guarded; the mark is kept while the bucket holds anything and for G
@@ -74,12 +74,11 @@ local learn = ARGV[9] == '1'
 
 -- due(rl, pr, burst, n, a, f, gf): a bucket's TAT before the call (at,
 -- frac) from its stored a, f (nil: empty), its guard g in 1/rl µs (none
--- for a burst of 1, at most T/2 or burst*T/8, whichever is more),
--- whether the call is guarded (gf
--- its stored g), and the delay until its own slot (µs).
+-- for a burst of 1, at most half the bucket), whether the call is guarded
+-- (gf its stored g), and the delay until its own slot (µs).
 local function due(rl, pr, burst, n, a, f, gf)
   local at, frac, g, guarded = now, 0, 0, false
-  if burst > 1 then g = math.min(guard * rl, math.max(math.floor(pr / 2), math.floor(burst * pr / 8))) end
+  if burst > 1 then g = math.min(guard * rl, math.floor(burst * pr / 2)) end
   if a then
     a, f = tonumber(a), tonumber(f)
     if a >= now then at, frac = a, f end
