@@ -330,16 +330,11 @@ func (j *Job) encode() (string, error) {
 	return string(b), err
 }
 
-// decodeJob decodes an envelope: as encoding/json does, and faster for
-// one written as encode writes it (decodeEnvelopeFast).
+// decodeJob decodes an envelope.
 func decodeJob(s []byte) (*Job, error) {
 	var e envelope
-	if !decodeEnvelopeFast(s, &e) {
-		slow := new(envelope) // apart, so that e stays on the stack
-		if err := json.Unmarshal(s, slow); err != nil {
-			return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
-		}
-		e = *slow
+	if err := json.Unmarshal(s, &e); err != nil {
+		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	j := e.Job
 	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class, j.idRecorded = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class, e.IDRecorded

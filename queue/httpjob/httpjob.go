@@ -107,12 +107,8 @@ type Handler struct {
 // enqueue with the same words.
 func ParseRequest(payload []byte) (Request, error) {
 	var req Request
-	if !decodeRequestFast(payload, &req) {
-		slow := new(Request) // apart, so that req stays on the stack
-		if err := json.Unmarshal(payload, slow); err != nil {
-			return Request{}, fmt.Errorf("payload is not an HTTP request: %v", err)
-		}
-		req = *slow
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return Request{}, fmt.Errorf("payload is not an HTTP request: %v", err)
 	}
 	if req.URL == "" {
 		return Request{}, errors.New("url is required")
