@@ -71,7 +71,9 @@ type Limit struct {
 	// that leaves the bucket within Guard of full until the bucket has
 	// been empty for Guard. A burst whose calls reached the API a little
 	// late then cannot make the paced calls after it overflow the API's
-	// bucket. The pace and the burst after an idle spell are unchanged.
+	// bucket. The pace is unchanged, and so is the burst after an idle
+	// spell while the guard is at most half an interval; a larger one
+	// starts the burst's units within it of full that much later.
 	// At most half the bucket (Burst/2 units' intervals) is used. Default
 	// DefaultGuard;
 	// negative means none. It applies to the buckets of Also as well.
