@@ -60,6 +60,35 @@ type Feedback struct {
 // the most restrictive is reported: the least remaining, then the longest
 // reset.
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
+	if !statesLimits(h) {
+		// Nothing below would read a field: Date is read only to date
+		// the others. Most responses take this path.
+		return Feedback{Limited: status == http.StatusTooManyRequests, Remaining: -1}
+	}
+	return parseFeedback(status, h, now)
+}
+
+// limitPrefixes start the name of every field that parseFeedback reads
+// but Date, in lower case: Retry-After, and each family's fields.
+var limitPrefixes = []string{"retry-after", "ratelimit", "x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-", "x-shopify-shop-api-call-limit"}
+
+// statesLimits reports whether h has a field, in any case, whose name
+// starts with one of limitPrefixes: false means parseFeedback would find
+// none of the fields it reads. A superset of those fields, so that a
+// false is always right.
+func statesLimits(h http.Header) bool {
+	for k := range h {
+		for _, p := range limitPrefixes {
+			if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// parseFeedback is ParseFeedback without its shortcut.
+func parseFeedback(status int, h http.Header, now time.Time) Feedback {
 	h = canonicalHeader(h)
 	if date, ok := responseDate(h); ok {
 		now = date

@@ -263,6 +263,9 @@ func FuzzParseFeedback(f *testing.F) {
 		now := time.Unix(unix, 0)
 		fb := ParseFeedback(status, h, now)
 		checkFeedbackBounds(t, status, fb)
+		if fbs := parseFeedback(status, h, now); fbs != fb {
+			t.Fatalf("ParseFeedback reads %+v; without its shortcut, %+v", fb, fbs)
+		}
 		if !reflect.DeepEqual(h, before) {
 			t.Fatalf("ParseFeedback changed its header: %v, was %v", h, before)
 		}

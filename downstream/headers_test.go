@@ -3,9 +3,11 @@ package downstream
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -725,5 +727,56 @@ func BenchmarkParseFeedback(b *testing.B) {
 				pauseAt(http.StatusOK, s.h, testNow)
 			}
 		})
+	}
+}
+
+// TestParseFeedbackWithoutLimitFieldsAllocatesNothing: a response that
+// states no limit (most of them) costs no parse of its Date, nor any
+// allocation.
+func TestParseFeedbackWithoutLimitFieldsAllocatesNothing(t *testing.T) {
+	h := http.Header{"Content-Type": {"application/json"}, "Date": {httpDate(0)}, "Content-Length": {"2"},
+		"X-Request-Id": {"abc"}, "Retry": {"5"}, "X-Rate": {"1"}, "Ratelimi": {"x"}}
+	for _, status := range []int{200, 403, 429, 503} {
+		if allocs := testing.AllocsPerRun(100, func() { ParseFeedback(status, h, testNow) }); allocs != 0 {
+			t.Errorf("ParseFeedback(%d) of a response without limit fields: %.0f allocations a call, want 0", status, allocs)
+		}
+	}
+}
+
+// TestParseFeedbackShortcutAgrees: ParseFeedback, with its shortcut for
+// responses that state no limit, reads every header as parseFeedback
+// (which has none) does: random headers of the fields read, in any
+// spelling, with fields that are not read, and malformed values.
+func TestParseFeedbackShortcutAgrees(t *testing.T) {
+	names := append([]string{"Content-Type", "Retry", "X-Rate", "Ratelimi", "Anthropic-Rate", "X-Shopify", "Date",
+		"Retry-After ", "retry_after", "X-Ratelimit", "RATELIMIT-POLICY", "x-rAtElImIt-used"}, fuzzHeaderNames...)
+	values := []string{"0", "5", "30", "2.0", "-1", "", "abc", "40/40", "6m0s", "1d2h", epoch(90 * time.Second),
+		epoch(-time.Hour), httpDate(10 * time.Second), httpDate(-time.Minute), httpDate(0),
+		`"default";r=0;t=30`, `limit=100, remaining=0, reset=30`, "5;w=60, 4", "99999999999999999999"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	shortcut := 0
+	for i := range 20000 {
+		h := http.Header{}
+		for range rng.IntN(5) {
+			name := names[rng.IntN(len(names))]
+			switch rng.IntN(3) {
+			case 1:
+				name = strings.ToLower(name)
+			case 2:
+				name = strings.ToUpper(name)
+			}
+			h[name] = append(h[name], values[rng.IntN(len(values))])
+		}
+		status := []int{200, 204, 403, 429, 500, 503}[rng.IntN(6)]
+		now := testNow.Add(time.Duration(rng.IntN(7200)-3600) * time.Second)
+		if !statesLimits(h) {
+			shortcut++
+		}
+		if got, want := ParseFeedback(status, h, now), parseFeedback(status, h, now); got != want {
+			t.Fatalf("case %d: ParseFeedback(%d, %v) = %+v; without the shortcut %+v", i, status, h, got, want)
+		}
+	}
+	if shortcut < 1000 {
+		t.Fatalf("only %d of 20000 cases took the shortcut", shortcut)
 	}
 }

@@ -65,8 +65,8 @@ func ExampleThrottle_Reserve() {
 
 // Wait books a slot and sleeps until it. With a Burst of 2 the first two
 // calls go at once; the third would have to wait one interval (100ms)
-// and the guard the full bucket now keeps (Limit.Guard, at most half an
-// interval: 50ms), more than its MaxWait, so Wait returns a *TooFarError
+// and the guard the full bucket now keeps (Limit.Guard, 250ms by default,
+// at most half the bucket: 100ms), more than its MaxWait, so Wait returns a *TooFarError
 // at once instead of sleeping.
 func ExampleThrottle_Wait() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -95,7 +95,7 @@ func ExampleThrottle_Wait() {
 	// Output:
 	// call 1: go
 	// call 2: go
-	// call 3: too far, retry after 130ms
+	// call 3: too far, retry after 180ms
 }
 
 // After a 429 with "Retry-After: 30", Pause stops every worker that shares
@@ -116,7 +116,7 @@ func ExampleThrottle_Pause() {
 	defer th.Close()
 
 	ctx := context.Background()
-	lim := throttle.Limit{Name: "shop", Rate: 10, Burst: 5, MaxWait: time.Second}
+	lim := throttle.Limit{Name: "shop", Rate: 10, Burst: 5, MaxWait: time.Second, Guard: 50 * time.Millisecond}
 	left, err := th.Pause(ctx, "shop:acme", lim, 30*time.Second)
 	if err != nil {
 		panic(err)

@@ -131,8 +131,9 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 }
 
 // TestGuardSteps: when the guard starts and ends, step by step, at 10/s
-// with a burst of 3 (an interval of 100 ms; the guard, 250 ms by default,
-// is capped at half of it: 50 ms), and its parts: a burst of 1 has none,
+// with a burst of 3 (an interval of 100 ms) and a guard of 50 ms, and its
+// parts: the default guard is capped at half the bucket, a burst of 1 has
+// none,
 // a bucket of Also has its own, cancelling leaves it.
 func TestGuardSteps(t *testing.T) {
 	sec := time.Second
@@ -143,7 +144,7 @@ func TestGuardSteps(t *testing.T) {
 	}{
 		{
 			name: "from the call that fills the bucket until it has been empty for the guard",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 0},
@@ -167,7 +168,7 @@ func TestGuardSteps(t *testing.T) {
 		},
 		{
 			name: "a cost that fills the bucket at once",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 3, true, 0},
 				{0, "reserve", 1, true, 150 * ms},
@@ -176,7 +177,7 @@ func TestGuardSteps(t *testing.T) {
 		},
 		{
 			name: "cancelling the call that started the guard leaves it",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec, Guard: 50 * ms},
 			rows: []step{
 				{0, "reserve", 2, true, 0},
 				{0, "reserve", 1, true, 0},
@@ -203,7 +204,18 @@ func TestGuardSteps(t *testing.T) {
 			},
 		},
 		{
-			// 10/s with a burst of 3 (guard 50ms), and 2/s with a burst
+			// 1,000/s with a burst of 80: the default guard, 250ms, is
+			// capped at half the bucket, 40ms.
+			name: "the guard is at most half the bucket",
+			lim:  Limit{Rate: 1000, Burst: 80, MaxWait: sec},
+			rows: []step{
+				{0, "reserve", 80, true, 0},
+				{0, "reserve", 1, true, 41 * ms},
+				{0, "reserve", 1, true, 42 * ms},
+			},
+		},
+		{
+			// 10/s with a burst of 3 (guard 150ms), and 2/s with a burst
 			// of 2 (interval 500ms, guard 250ms): the second call fills
 			// the slower bucket, which from then on holds the calls
 			// 500ms apart, 250ms late.
@@ -241,19 +253,29 @@ func TestGuardInTheFallback(t *testing.T) {
 		local := newThrottle(t, down, nil, &Options{Fallback: 1})
 		local.hostNow = clock.Now
 		ctx := context.Background()
-		lim := Limit{Rate: 10, Burst: 3, MaxWait: 2 * time.Second}
-		for i, at := range []time.Duration{0, 0, 0, 0, 0, 0, 0, 520 * ms, 520 * ms, 520 * ms, 520 * ms, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second} {
-			clock.Set(at)
-			want, err := onRedis.Reserve(ctx, "api", lim, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := local.Reserve(ctx, "api", lim, 1)
-			if err != nil || !got.Local {
-				t.Fatalf("call %d: %+v, %v; want a local slot", i+1, got, err)
-			}
-			if got.OK != want.OK || got.Delay != want.Delay || got.RetryAfter != want.RetryAfter {
-				t.Fatalf("call %d at %v: the fallback gives %v, the script %v", i+1, at, got, want)
+		slow := []time.Duration{0, 0, 0, 0, 0, 0, 0, 520 * ms, 520 * ms, 520 * ms, 520 * ms, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second}
+		fast := make([]time.Duration, 24) // at 1,000/s, a burst of 16: the guard is half the bucket, 8ms
+		for _, c := range []struct {
+			key string
+			lim Limit
+			at  []time.Duration
+		}{
+			{"slow", Limit{Rate: 10, Burst: 3, MaxWait: 2 * time.Second}, slow},
+			{"fast", Limit{Rate: 1000, Burst: 16, MaxWait: 2 * time.Second}, fast},
+		} {
+			for i, at := range c.at {
+				clock.Set(at)
+				want, err := onRedis.Reserve(ctx, c.key, c.lim, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := local.Reserve(ctx, c.key, c.lim, 1)
+				if err != nil || !got.Local {
+					t.Fatalf("%s call %d: %+v, %v; want a local slot", c.key, i+1, got, err)
+				}
+				if got.OK != want.OK || got.Delay != want.Delay || got.RetryAfter != want.RetryAfter {
+					t.Fatalf("%s call %d at %v: the fallback gives %v, the script %v", c.key, i+1, at, got, want)
+				}
 			}
 		}
 	})

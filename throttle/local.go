@@ -30,9 +30,9 @@ func (l *localBuckets) reserve(key string, c compiled, n int64, book bool, now, 
 	defer l.mu.Unlock()
 	l.sweep(now)
 	iv := time.Duration(float64(c.pr) / float64(c.rl) / l.share * float64(time.Microsecond))
-	var guard time.Duration // as in throttle_reserve.lua: none for a burst of 1, at most half an interval
+	var guard time.Duration // as in throttle_reserve.lua: none for a burst of 1, at most half the bucket
 	if c.burst > 1 {
-		guard = min(time.Duration(c.guard)*time.Microsecond, iv/2)
+		guard = min(time.Duration(c.guard)*time.Microsecond, iv*time.Duration(c.burst)/2)
 	}
 	st := l.tats[key]
 	guarded := guard > 0 && st.guarded && st.tat.Add(guard).After(now)

@@ -217,7 +217,7 @@ func TestPauseResumesPacedWithoutGaps(t *testing.T) {
 		prefix := redistest.KeyPrefix(t) + "th"
 		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
 		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		lim := Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second}
+		lim := Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second, Guard: 50 * ms}
 		ctx := context.Background()
 		var pre []Reservation
 		for range 8 { // three at once (the burst), then 100ms apart to 500ms

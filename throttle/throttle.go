@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,8 +71,11 @@ type Limit struct {
 	// that leaves the bucket within Guard of full until the bucket has
 	// been empty for Guard. A burst whose calls reached the API a little
 	// late then cannot make the paced calls after it overflow the API's
-	// bucket. The pace and the burst after an idle spell are unchanged.
-	// At most half of one unit's interval is used. Default DefaultGuard;
+	// bucket. The pace is unchanged, and so is the burst after an idle
+	// spell while the guard is at most half an interval; a larger one
+	// starts the burst's units within it of full that much later.
+	// At most half the bucket (Burst/2 units' intervals) is used. Default
+	// DefaultGuard;
 	// negative means none. It applies to the buckets of Also as well.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
@@ -187,7 +191,7 @@ type compiled struct {
 	bucket
 	name    string
 	maxWait int64 // µs
-	guard   int64 // µs, before the cap of half an interval
+	guard   int64 // µs, before the cap of half the bucket
 	learn   bool
 	also    []bucket
 }
@@ -338,6 +342,15 @@ func (t *Throttle) rateKey(key string) (string, error) { return t.key("rate", ke
 // same hash slot as its bucket.
 func (t *Throttle) learnKey(key string) (string, error) { return t.key("est", key) }
 
+// bucketKeys names key's bucket (rateKey) and its learned estimate
+// (learnKey), encoding key once: both end in the same hash tag.
+func (t *Throttle) bucketKeys(key string) (rk, lk string, err error) {
+	if rk, err = t.rateKey(key); err != nil {
+		return "", "", err
+	}
+	return rk, t.prefix + ":est:" + rk[strings.LastIndexByte(rk, '{'):], nil
+}
+
 func (t *Throttle) now() string {
 	if t.clock == nil {
 		return ""
@@ -449,11 +462,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 			return Reservation{}, fmt.Errorf("%w: cost %d with burst %d of Also[%d] (%v)", algorithms.ErrCostExceedsCapacity, n, b.burst, i, b.rate)
 		}
 	}
-	k, err := t.rateKey(key)
-	if err != nil {
-		return Reservation{}, err
-	}
-	lk, err := t.learnKey(key)
+	k, lk, err := t.bucketKeys(key)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -503,11 +512,26 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
+	if len(c.also) == 0 {
+		// One allocation: the integers sent by pointer (go-redis writes
+		// an *int64 as its value) rather than each boxed on its own.
+		a := new(reserveArgv)
+		a.v = [6]int64{c.rl, c.pr, c.burst, n, c.maxWait, c.guard}
+		a.args = [9]any{&a.v[0], &a.v[1], &a.v[2], &a.v[3], &a.v[4], book, now, &a.v[5], c.learn}
+		return a.args[:]
+	}
 	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard, c.learn}
 	for _, b := range c.also {
 		args = append(args, b.rl, b.pr, b.burst, b.cost(n), c.learn && b.rate.Counts == CountsCost)
 	}
 	return args
+}
+
+// reserveArgv holds the reserve script's arguments for a Limit without
+// Also.
+type reserveArgv struct {
+	v    [6]int64
+	args [9]any
 }
 
 // Cancel gives back a reservation that will not be used, and reports

@@ -88,7 +88,7 @@ for i, x in ipairs(b) do
   if a ~= oa or f ~= of then
     set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = x.fa, int(a), x.ff, int(f)
     if x.d > 0 and x.burst > 1 then
-      local g = math.min(guard * x.rl, math.floor(x.pr / 2))
+      local g = math.min(guard * x.rl, math.floor(x.burst * x.pr / 2))
       if g > 0 and (a - now) * x.rl + f > x.burst * x.pr - g then
         set[#set + 1], set[#set + 2] = x.fg, '1'
       end

@@ -171,7 +171,14 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	if len(target.CostFrom.JSON) > 0 {
 		head = queue.MaxCostBody
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, int64(head)))
+	var body []byte
+	if len(target.CostFrom.JSON) > 0 || resp.StatusCode < 200 || resp.StatusCode >= 300 {
+		body, _ = io.ReadAll(io.LimitReader(resp.Body, int64(head)))
+	} else {
+		// A success's body is read for nothing but its cost: drained, as
+		// far as ever, without a copy kept.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, int64(head)))
+	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if actual, ok := ReadCost(target.CostFrom, resp.Header, body); ok {
 		// The worker booked the job's units before the handler ran: give

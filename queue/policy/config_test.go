@@ -749,3 +749,22 @@ func TestMaxWaitInTheFile(t *testing.T) {
 		t.Errorf("max_wait: 0s parsed; want it refused")
 	}
 }
+
+// TestGuardInTheFile: guard is throttle.Limit.Guard. Left out, the Limit
+// keeps Go's zero, DefaultGuard; 0s is no guard at all (a negative Guard
+// in Go); a duration is itself; a negative one is refused.
+func TestGuardInTheFile(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want time.Duration
+	}{{"", 0}, {"    guard: 0s", -1}, {"    guard: 50ms", 50 * time.Millisecond}} {
+		cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  s:", "    rate: 10", "    burst: 5", c.line))
+		if got := cfg.Downstreams["s"].Limit.Guard; got != c.want {
+			t.Errorf("%q: Guard = %v, want %v", c.line, got, c.want)
+		}
+	}
+	_, err := Parse(doc("queue: {bound: 1}", "downstreams:", "  s:", "    rate: 1", "    guard: -1s"))
+	if err == nil || !strings.Contains(err.Error(), "downstreams.s.guard: must not be negative, got -1s") {
+		t.Errorf("guard: -1s: %v; want it refused", err)
+	}
+}

@@ -60,6 +60,7 @@ type downstreamFile struct {
 	Burst       int64           `yaml:"burst"`
 	Also        []rateFile      `yaml:"also"`
 	MaxWait     waitDuration    `yaml:"max_wait"`
+	Guard       time.Duration   `yaml:"guard"`
 	Concurrency int64           `yaml:"concurrency"`
 	Lease       time.Duration   `yaml:"lease"`
 	PerTenant   bool            `yaml:"per_tenant"`
