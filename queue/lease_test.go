@@ -198,7 +198,11 @@ func TestCappedDownstreamDoesNotStarveOthers(t *testing.T) {
 		defer th.Close()
 		downs := map[string]Downstream{
 			"a": {Name: "a", Limit: throttle.Limit{Name: "a", Rate: 1000, MaxWait: 10 * time.Second},
-				Concurrency: &throttle.Concurrency{Name: "a", Max: 1, Lease: time.Second}},
+				// A lease far longer than a stall of a loaded machine:
+				// with 1 s, a stall of more than half of it let the slot
+				// expire under a's call (2 in flight, once, in a loaded
+				// run); the cap's bound under stalls is in throttle.md.
+				Concurrency: &throttle.Concurrency{Name: "a", Max: 1, Lease: 20 * time.Second}},
 			"b": {Name: "b", Limit: throttle.Limit{Name: "b", Rate: rate, MaxWait: 10 * time.Second}},
 		}
 		release := make(chan struct{})
