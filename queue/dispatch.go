@@ -86,7 +86,7 @@ const (
 const idHold = 30 * time.Second
 
 // claimBatch is the most jobs one claim hands over.
-const claimBatch = 32
+const claimBatch = 64
 
 // claim hands a batch of d's shard's jobs to asynq. It returns how long
 // to wait before the next attempt (0: go on at once).

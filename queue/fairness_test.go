@@ -314,8 +314,9 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// One job each, taken in one pass: the ring still holds all 100.
-		for i := 0; i < 4; i++ {
+		// One job each, taken in one pass of claims of claimBatch: the
+		// ring still holds all 100.
+		for i := 0; i < (100+claimBatch-1)/claimBatch; i++ {
 			if _, err := s.dispatchOne(ctx); err != nil {
 				t.Fatal(err)
 			}
