@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,23 +110,8 @@ func benchClaim(b *testing.B, tenants, batch int, marked bool) {
 
 // evalUsec returns redis-server's total time in EVALSHA and EVAL, µs.
 func evalUsec(b *testing.B, c *redis.Client) int64 {
-	s, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(s, "\r\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, f := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
+	_, usec := redistest.ScriptTime(context.Background(), b, c)
+	return usec
 }
 
 // BenchmarkEnqueueScript measures redis-server's own time per Enqueue (the

@@ -30,33 +30,6 @@ redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now)
 return {1, delay}
 `)
 
-// scriptUsec returns the calls and µs redis-server spent in EVALSHA and
-// EVAL since its counters were last reset (INFO commandstats).
-func scriptUsec(ctx context.Context, tb testing.TB, c *redis.Client) (calls, usec int64) {
-	tb.Helper()
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, kv := range strings.Split(line[strings.IndexByte(line, ':')+1:], ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "calls":
-				calls += n
-			case "usec":
-				usec += n
-			}
-		}
-	}
-	return calls, usec
-}
-
 // BenchmarkReserveScript measures what one Reserve costs redis-server, in
 // the per-tenant shape: every key its own bucket of 2/s, burst 40, one
 // unit a call, the calls spread round-robin over the keys. It reports
@@ -112,7 +85,7 @@ func BenchmarkReserveScript(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			calls, usec := scriptUsec(ctx, b, c)
+			calls, usec := redistest.ScriptTime(ctx, b, c)
 			if calls != int64(b.N) {
 				b.Fatalf("%d script calls for %d reservations", calls, b.N)
 			}
@@ -125,7 +98,7 @@ func BenchmarkReserveScript(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			bcalls, busec := scriptUsec(ctx, b, c)
+			bcalls, busec := redistest.ScriptTime(ctx, b, c)
 			per, base := float64(usec)/float64(calls), float64(busec)/float64(bcalls)
 			b.ReportMetric(per, "redis-µs/op")
 			b.ReportMetric(base, "base-µs/op")
