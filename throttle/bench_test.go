@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -104,31 +103,5 @@ func BenchmarkReserveScript(b *testing.B) {
 			b.ReportMetric(base, "base-µs/op")
 			b.ReportMetric(per/base, "ratio")
 		})
-	}
-}
-
-// TestBucketKeys: the keys Reserve derives in one step are rateKey's and
-// learnKey's, for an id kept verbatim and for one that is hashed.
-func TestBucketKeys(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
-	defer c.Close()
-	th, err := New(c, &Options{Prefix: "p{x}"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.Close()
-	for _, id := range []string{"tenant-1", "a tenant {with} braces", strings.Repeat("x", 100)} {
-		rk, lk, err := th.bucketKeys(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantR, _ := th.rateKey(id)
-		wantL, _ := th.learnKey(id)
-		if rk != wantR || lk != wantL {
-			t.Errorf("%q: bucketKeys = %q, %q; want %q, %q", id, rk, lk, wantR, wantL)
-		}
-	}
-	if _, _, err := th.bucketKeys(""); err == nil {
-		t.Error("empty key: no error")
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -342,15 +341,6 @@ func (t *Throttle) rateKey(key string) (string, error) { return t.key("rate", ke
 // same hash slot as its bucket.
 func (t *Throttle) learnKey(key string) (string, error) { return t.key("est", key) }
 
-// bucketKeys names key's bucket (rateKey) and its learned estimate
-// (learnKey), encoding key once: both end in the same hash tag.
-func (t *Throttle) bucketKeys(key string) (rk, lk string, err error) {
-	if rk, err = t.rateKey(key); err != nil {
-		return "", "", err
-	}
-	return rk, t.prefix + ":est:" + rk[strings.LastIndexByte(rk, '{'):], nil
-}
-
 func (t *Throttle) now() string {
 	if t.clock == nil {
 		return ""
@@ -462,7 +452,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 			return Reservation{}, fmt.Errorf("%w: cost %d with burst %d of Also[%d] (%v)", algorithms.ErrCostExceedsCapacity, n, b.burst, i, b.rate)
 		}
 	}
-	k, lk, err := t.bucketKeys(key)
+	k, err := t.rateKey(key)
+	if err != nil {
+		return Reservation{}, err
+	}
+	lk, err := t.learnKey(key)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -512,26 +506,11 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
-	if len(c.also) == 0 {
-		// One allocation: the integers sent by pointer (go-redis writes
-		// an *int64 as its value) rather than each boxed on its own.
-		a := new(reserveArgv)
-		a.v = [6]int64{c.rl, c.pr, c.burst, n, c.maxWait, c.guard}
-		a.args = [9]any{&a.v[0], &a.v[1], &a.v[2], &a.v[3], &a.v[4], book, now, &a.v[5], c.learn}
-		return a.args[:]
-	}
 	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard, c.learn}
 	for _, b := range c.also {
 		args = append(args, b.rl, b.pr, b.burst, b.cost(n), c.learn && b.rate.Counts == CountsCost)
 	}
 	return args
-}
-
-// reserveArgv holds the reserve script's arguments for a Limit without
-// Also.
-type reserveArgv struct {
-	v    [6]int64
-	args [9]any
 }
 
 // Cancel gives back a reservation that will not be used, and reports
