@@ -72,10 +72,10 @@ type Limit struct {
 	// late then cannot make the paced calls after it overflow the API's
 	// bucket. The pace is unchanged, and so is the burst after an idle
 	// spell while the guard is at most half an interval; a larger one
-	// starts the burst's units within it of full that much later.
-	// At most half the bucket (Burst/2 units' intervals) is used. Default
-	// DefaultGuard;
-	// negative means none. It applies to the buckets of Also as well.
+	// starts the burst's units within it of full that much later. At
+	// most half the bucket (Burst/2 units' intervals) is used. Default
+	// DefaultGuard; negative means none. It applies to the buckets of
+	// Also as well.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;

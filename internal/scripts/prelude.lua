@@ -13,6 +13,8 @@
 --         slow-down at t the share climbs back by SHARE_CLIMB a µs up to
 --         the ceiling, and the ceiling by SHARE_CREEP a µs up to 10000.
 -- paced(pr, share): the emission interval's numerator at that share.
+-- guard_of(guard, rl, pr, burst): a bucket's guard (throttle.Limit.Guard,
+--         µs) in 1/rl µs: none for a burst of 1, at most half the bucket.
 local function int(x) return string.format('%d', x) end
 local function ttl(us) if us <= 0 then return 1 end return math.ceil(us / 1000) end
 local function clock(v)
@@ -31,6 +33,10 @@ local function share(s, c, t, now)
   local cn = math.min(SHARE_FULL, tonumber(c) + dt * SHARE_CREEP)
   local sn = math.min(cn, tonumber(s) + dt * SHARE_CLIMB)
   return math.floor(sn), cn
+end
+local function guard_of(guard, rl, pr, burst)
+  if burst <= 1 then return 0 end
+  return math.min(guard * rl, math.floor(burst * pr / 2))
 end
 local function paced(pr, sh)
   if sh >= SHARE_FULL then return pr end

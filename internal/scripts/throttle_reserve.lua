@@ -56,7 +56,7 @@
 --          "0" (KEYS[2] is not read); then for each further bucket in fives:
 --          rl, pr, burst, its count (n or 1), "1" if it counts cost (its
 --          count is learned) else "0"
--- Uses     prelude.lua (int, clock, share, paced)
+-- Uses     prelude.lua (int, clock, share, paced, guard_of)
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
@@ -77,8 +77,7 @@ local learn = ARGV[9] == '1'
 -- for a burst of 1, at most half the bucket), whether the call is guarded
 -- (gf its stored g), and the delay until its own slot (µs).
 local function due(rl, pr, burst, n, a, f, gf)
-  local at, frac, g, guarded = now, 0, 0, false
-  if burst > 1 then g = math.min(guard * rl, math.floor(burst * pr / 2)) end
+  local at, frac, g, guarded = now, 0, guard_of(guard, rl, pr, burst), false
   if a then
     a, f = tonumber(a), tonumber(f)
     if a >= now then at, frac = a, f end

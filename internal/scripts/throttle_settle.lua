@@ -31,7 +31,7 @@
 --          settle in fives: its index (0 for the
 --          Limit's own, i for Also's i-th), rl, the pr the reservation
 --          was paced at, burst, and the difference real - booked (not 0)
--- Uses     prelude.lua (int, clock)
+-- Uses     prelude.lua (int, clock, guard_of)
 -- Returns  the furthest TAT after settling, in µs from now (0: every
 --          bucket settled is empty, or none was sent)
 local key = KEYS[1]
@@ -88,7 +88,7 @@ for i, x in ipairs(b) do
   if a ~= oa or f ~= of then
     set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = x.fa, int(a), x.ff, int(f)
     if x.d > 0 and x.burst > 1 then
-      local g = math.min(guard * x.rl, math.floor(x.burst * x.pr / 2))
+      local g = guard_of(guard, x.rl, x.pr, x.burst)
       if g > 0 and (a - now) * x.rl + f > x.burst * x.pr - g then
         set[#set + 1], set[#set + 2] = x.fg, '1'
       end
