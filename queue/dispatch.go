@@ -69,7 +69,7 @@ func (s *Server) dispatchLoop(ctx context.Context, d *dispatcher) {
 
 // The claim script's replies (queue_claim.lua).
 const (
-	claimTaken = "taken" // {"taken", n, next}
+	claimTaken = "taken" // {"taken", n, next, wait µs or -1}
 	claimJunk  = "junk"  // {"junk", tenant, text}
 	claimIdle  = "idle"  // {"idle", wait µs or -1}
 	claimFull  = "full"  // {"full", pending}
@@ -85,6 +85,12 @@ const (
 // it (docs/queue.md, Job ids).
 const idHold = 30 * time.Second
 
+// claimLead is how far ahead of its slot the claim hands over a job whose
+// slot it books (queue_claim.lua); the job's worker sleeps the rest. Its
+// tenant sleeps until its next slot is that close. A longer lead would
+// hand over more jobs a claim, and keep more workers asleep on slots.
+const claimLead = 5 * time.Millisecond
+
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 64
 
@@ -95,7 +101,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
-		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds()).Slice()
+		append([]any{d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds(), claimLead.Microseconds()}, s.claimArgs(k.queue)...)...).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -106,11 +112,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	case claimFull:
 		return s.fullRecheck, nil
 	case claimIdle:
-		wait := s.cfg.PollInterval
-		if us, ok := v[1].(int64); ok && us >= 0 && time.Duration(us)*time.Microsecond < wait {
-			wait = time.Duration(us) * time.Microsecond
-		}
-		return wait, nil
+		return s.pollWait(v[1]), nil
 	case claimJunk:
 		enc, _ := v[1].(string)
 		text, _ := v[2].(string)
@@ -124,10 +126,25 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 		case nextFull:
 			return s.fullRecheck, nil
 		}
-		return s.cfg.PollInterval, nil
+		if len(v) < 4 {
+			return s.cfg.PollInterval, nil
+		}
+		return s.pollWait(v[3]), nil
 	default:
 		return 0, fmt.Errorf("sluice: claim: unknown reply %q", status)
 	}
+}
+
+// pollWait is how long a dispatcher waits before its next claim when the
+// claim found nothing more to take now: until the next sleeping tenant
+// wakes or job for later is due (us, in µs; -1: none), and at most a
+// PollInterval.
+func (s *Server) pollWait(us any) time.Duration {
+	wait := s.cfg.PollInterval
+	if us, ok := us.(int64); ok && us >= 0 && time.Duration(us)*time.Microsecond < wait {
+		wait = time.Duration(us) * time.Microsecond
+	}
+	return wait
 }
 
 // take runs queue_take.lua: it hands over the claimed text at the head of
@@ -151,7 +168,7 @@ const undecodableType = "sluice.undecodable"
 func (s *Server) handOverUndecodable(ctx context.Context, k keys, enc, text string) error {
 	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
 	task := j.taskID()
-	in := entry(defaultClass, "", task, taskMessage(undecodableType, []byte(text), task, k.queue, 0, int64(j.timeout()/time.Second)))
+	in := entry(defaultClass, "", task, 1, taskMessage(undecodableType, []byte(text), task, k.queue, 0, int64(j.timeout()/time.Second)))
 	if taken, err := s.take(ctx, k, enc, text, in); !taken {
 		return err
 	}

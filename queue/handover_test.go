@@ -346,7 +346,7 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 		"sluice/1\tclass=\ttask=sluice:a@b:0\nmsg", "sluice/1\ttask=sluice:a@b:0\nmsg",
 		"sluice/1\tclass=x\nmsg", "sluice/1\tclass=x\ttask=sluice:a@b:0", "sluice/2\tclass=x\ttask=sluice:a@b:0\nmsg",
 		"sluice/1class=x\ttask=sluice:a@b:0\nmsg", "sluice/1\tclass=x\tmytask=sluice:a@b:0\nmsg",
-		entry(defaultClass, "api", noTenantTask, taskMessage("x", []byte(noTenant), noTenantTask, cfg.Queue, 0, 1800))}
+		entry(defaultClass, "api", noTenantTask, 1, taskMessage("x", []byte(noTenant), noTenantTask, cfg.Queue, 0, 1800))}
 	want := append(bad[:len(bad)-1:len(bad)-1], noTenant)
 	if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
 		t.Fatal(err)

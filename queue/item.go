@@ -2,6 +2,7 @@ package queue
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,10 +69,10 @@ func taskMessage(typ string, payload []byte, id, queue string, retry, timeout in
 // field name, then the task's message (taskMessage), which they copy
 // without reading it:
 //
-//	sluice/1 TAB class=<class> TAB task=<task id> [TAB downstream=<name>] LF <message>
+//	sluice/1 TAB class=<class> TAB task=<task id> [TAB downstream=<name>] [TAB units=<n>] LF <message>
 //
 // No value holds a tab or a newline (docs/queue.md, Entries).
-func entry(class, downstream, task string, msg []byte) string {
+func entry(class, downstream, task string, units int64, msg []byte) string {
 	n := len(entryMarker) + len(class) + len(task) + len(downstream) + len(msg) + 32
 	var b strings.Builder
 	b.Grow(n)
@@ -83,6 +84,10 @@ func entry(class, downstream, task string, msg []byte) string {
 	if downstream != "" {
 		b.WriteString("\tdownstream=")
 		b.WriteString(downstream)
+	}
+	if units > 1 {
+		b.WriteString("\tunits=")
+		b.WriteString(strconv.FormatInt(units, 10))
 	}
 	b.WriteByte('\n')
 	b.Write(msg)
@@ -138,7 +143,7 @@ func (j *Job) item(queue string) (string, error) {
 	// archives the job itself when its last allowed run fails.
 	retry := max(j.maxRetry()-j.retried, 0) + 1
 	task := j.taskID()
-	return entry(class, j.Downstream, task, taskMessage(j.Type, []byte(env), task, queue, int64(retry), int64(j.timeout()/time.Second))), nil
+	return entry(class, j.Downstream, task, j.units(), taskMessage(j.Type, []byte(env), task, queue, int64(retry), int64(j.timeout()/time.Second))), nil
 }
 
 // decodeItem decodes the job of a tenant list's entry (see entry): the

@@ -114,6 +114,7 @@ type Server struct {
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
+	books        claimBooks
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -266,13 +267,22 @@ func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 }
 
 // ThrottleKey returns the throttle key a job's slots are taken from: its
-// downstream's name, or the name and the tenant for per-tenant quotas.
-// Handlers that pause the downstream after a 429 pause this key.
+// downstream's name, or for a per-tenant quota of a job the server runs,
+// "{" + its tenant's shard's asynq queue + "}" + the downstream's name +
+// "/" + the encoded tenant, a key in the hash slot of the tenant's shard,
+// where the claim books its slots (docs/throttle.md, Slots booked by the
+// claim). Handlers that pause the downstream after a 429 pause this key.
+// For a job the server did not run, ask the server (Server.ThrottleKey).
 func ThrottleKey(job *Job, perTenant bool) string {
-	if perTenant {
-		return job.Downstream + "/" + job.Tenant
+	if !perTenant {
+		return job.Downstream
 	}
-	return job.Downstream
+	if job.shard != "" {
+		if k := "{" + job.shard + "}" + job.Downstream + "/" + job.tenantEnc; keyspace.Tagged(k) {
+			return k
+		}
+	}
+	return job.Downstream + "/" + job.Tenant
 }
 
 // process runs one asynq task: throttle, start, handler.
@@ -287,6 +297,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
 	job.retried += n
+	s.shards.place(job)
 	// The first run of a hand-over holds the job's recorded id until the
 	// job starts or goes back to the waiting room (release, putBack).
 	job.holding = first && job.idRecorded
@@ -296,17 +307,34 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
-		var far *throttle.TooFarError
-		if errors.As(err, &far) {
-			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
-		}
-		if err != nil {
-			if neverFits(err) {
-				s.release(ctx, job)
+		s.books.note(d, job.Downstream)
+		// The first run of a hand-over whose slot the claim booked uses
+		// it; any other books its own.
+		var r throttle.Reservation
+		claimed := false
+		if first && job.slot > 0 {
+			r, claimed = s.cfg.Throttle.Claimed(key, d.Limit, job.units(), job.slot, job.slotDelay)
+			if claimed && r.Delay > 0 {
+				var err error
+				if claimed, err = s.cfg.Throttle.Await(ctx, r); err != nil {
+					return s.throttleError(job, err)
+				}
 			}
-			return s.throttleError(job, err)
+		}
+		if !claimed {
+			var err error
+			r, err = s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
+			var far *throttle.TooFarError
+			if errors.As(err, &far) {
+				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
+				return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
+			}
+			if err != nil {
+				if neverFits(err) {
+					s.release(ctx, job)
+				}
+				return s.throttleError(job, err)
+			}
 		}
 		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
 		if d.Concurrency != nil {

@@ -388,6 +388,7 @@ type Reservation struct {
 	n         int64
 	tats      []tat // each bucket's, the Limit's own and then Also's, to cancel r
 	queued    bool  // booked on Redis: tats are set
+	claimed   bool  // booked by a queue's script (Claimed): tats hold only pr and n
 	localBook bool  // booked by the local fallback
 	booked    time.Time
 	compile   compiled
@@ -517,7 +518,7 @@ func (c compiled) reserveArgs(n int64, book bool, now string) []any {
 // whether the slot came back: only while no later reservation has been
 // made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
-	if !r.OK || r.Local || r.key == "" {
+	if !r.OK || r.Local || r.claimed || r.key == "" {
 		return false, nil
 	}
 	k, err := t.rateKey(r.key)

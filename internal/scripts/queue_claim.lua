@@ -1,6 +1,15 @@
 -- Pick tenants with work round-robin (weighted) and hand their oldest jobs
--- to asynq, up to a batch. Nothing here books a throttle slot: the worker
--- books each job's slot once, and a job whose slot is too far away goes
+-- to asynq, up to a batch. A job of a downstream the claim books (ARGV 10
+-- on: a tenant's own bucket of one rate that learns nothing) has its slot
+-- booked here, on its tenant's bucket in the shard's hash slot, with the
+-- throttle's rule (throttle_book.lua), and is handed over only when its
+-- slot is at most the lead (ARGV 8) away: the slot and the delay until
+-- it (µs) are written into the job's envelope, in the 32 digits of its
+-- field "slot" that the producer left zero, and the worker sleeps the
+-- delay and calls, without a round trip of its own. A job whose slot is
+-- further stays at the head of its tenant's list, the tenant asleep until
+-- the slot is within the lead. Other jobs' slots are booked by the worker, and a job whose
+-- slot is too far away goes
 -- back to the head of its tenant's list (queue_untake.lua), its tenant
 -- asleep until then, and marks its throttle key "full until then" in the
 -- full set. A claim takes no job whose key is marked: the tenant sleeps
@@ -30,17 +39,26 @@
 --          µs or "" for the server's TIME, 4 the most jobs to take,
 --          5 asynq's task key prefix, 6 asynq's TaskMessage field
 --          Retention, encoded ("" for none), 7 how long an id stays held
---          at most (µs)
+--          at most (µs), 8 the lead (µs), 9 the name of the shard's
+--          tenants' throttle
+--          buckets up to the downstream's name (the throttle's prefix,
+--          ":rate:{", the shard's asynq queue and "}"; the bucket of a
+--          tenant on a downstream adds the downstream's name, "/" and the
+--          encoded tenant: throttle.BucketKey of queue.ThrottleKey), then
+--          in fives the downstreams the claim books: name, rl, pr (the
+--          rate: rl units per pr µs), burst, guard (µs)
 -- A job's throttle key is read from its entry's header: the field
 -- downstream (see queue_handover.lua); its marks are <downstream>
 -- for a shared bucket and <downstream>/<encoded tenant> for a tenant's own.
--- Uses     prelude.lua (int, clock), queue_handover.lua
--- Returns  {"taken", n, next}      n jobs handed over; next is "now" when
+-- Uses     prelude.lua (int, clock), throttle_book.lua (reserve_one),
+--          queue_handover.lua
+-- Returns  {"taken", n, next, wait}
+--                                  n jobs handed over; next is "now" when
 --                                  the next claim should come at once (the
 --                                  batch was full and the prefetch has
 --                                  room, or the ring was not all seen),
 --                                  "full" when the prefetch is now full,
---                                  else "poll"
+--                                  else "poll", with wait as idle's
 --          {"junk", tenant, text}  text that is no entry at the head of
 --                                  the tenant's list
 --          {"idle", wait}          nothing ready; the next sleeper wakes,
@@ -49,18 +67,18 @@
 --          {"full", pending}       the prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
   held = KEYS[14], taskprefix = ARGV[5], retention = ARGV[6], hold = tonumber(ARGV[7])}
-local now = clock(ARGV[3])
+local now, pad = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
 local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])
 local room = math.min(prefetch - handed, batch)
 if room <= 0 then return {'full', handed} end
-local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
-for _, t in ipairs(woken) do
-  redis.call('ZREM', KEYS[2], t)
-  redis.call('HDEL', KEYS[10], t)
-  redis.call('RPUSH', KEYS[1], t)
+local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+local n, empties, more = 0, 0, #woken == 1000
+if #woken > 0 then
+  redis.call('ZREM', KEYS[2], unpack(woken))
+  redis.call('HDEL', KEYS[10], unpack(woken))
+  redis.call('RPUSH', KEYS[1], unpack(woken))
 end
-local n, empties, more = 0, 0, false
 local due = redis.call('ZRANGEBYSCORE', KEYS[11], '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
   local moved = {}
@@ -92,6 +110,54 @@ local function until_of(tenant, entry, lf)
   local u = math.max(tonumber(s[1] or '0'), tonumber(s[2] or '0'))
   if u > now then return u end
   return nil
+end
+-- The downstreams whose slots the claim books, by name.
+local booked, lead, bucket_prefix = nil, tonumber(ARGV[8]), ARGV[9]
+for i = 10, #ARGV, 5 do
+  booked = booked or {}
+  booked[ARGV[i]] = {rl = tonumber(ARGV[i + 1]), pr = tonumber(ARGV[i + 2]), burst = tonumber(ARGV[i + 3]), guard = tonumber(ARGV[i + 4])}
+end
+-- slot_at returns where the 32 digits of the field "slot" start in a
+-- task message (nil: not there): the envelope, the message's payload
+-- (field 2, after the type, field 1), opens with it.
+local function slot_at(msg)
+  if string.byte(msg, 1) ~= 10 then return nil end
+  local i, len, mul, c = 2, 0, 1, 128
+  while c >= 128 do
+    c = string.byte(msg, i)
+    if not c then return nil end
+    len, mul, i = len + (c % 128) * mul, mul * 128, i + 1
+  end
+  i = i + len
+  if string.byte(msg, i) ~= 18 then return nil end
+  c = 128
+  while c >= 128 do
+    i = i + 1
+    c = string.byte(msg, i)
+    if not c then return nil end
+  end
+  if string.sub(msg, i + 1, i + 9) ~= '{"slot":"' or string.sub(msg, i + 42, i + 42) ~= '"' then return nil end
+  return i + 10
+end
+-- book_slot books the slot of a job of the tenant on its downstream if
+-- the claim books it. It returns the message to hand over (with the
+-- slot written in), or nil, when the slot is beyond the lead, and when
+-- the tenant wakes (µs) and why it waits.
+local function book_slot(tenant, entry, lf, msg)
+  local ds = field(entry, lf, '\tdownstream=')
+  local b = ds and booked[ds]
+  if not b then return msg end
+  local n = tonumber(field(entry, lf, '\tunits=') or '1')
+  local at = slot_at(msg)
+  -- A job whose cost is more than the burst is the worker's to refuse.
+  if not at or not n or n > b.burst then return msg end
+  local r = reserve_one(bucket_prefix .. ds .. '/' .. tenant, b.rl, b.pr, b.burst, n, b.guard, lead, true, now, pad)
+  if r[1] == 0 then
+    local why = 'slot: downstream ' .. ds .. "'s next slot for the tenant is later"
+    if r[4] > 0 then why = 'pause: downstream ' .. ds .. ' is paused (a 429 or 503)' end
+    return nil, now + r[3], why
+  end
+  return string.sub(msg, 1, at - 1) .. string.format('%016d%016d', r[10], r[2]) .. string.sub(msg, at + 32)
 end
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
@@ -141,7 +207,7 @@ while n < room and empties < 32 do
       -- Hand the jobs over in order up to the first that is no entry or
       -- whose throttle key is marked full; that one and those behind it go
       -- back to the head of the list.
-      local stop, junk, wake
+      local stop, junk, wake, why
       for i, h in ipairs(got) do
         local task, class, msg, lf = read(h)
         if not task then
@@ -150,8 +216,15 @@ while n < room and empties < 32 do
         end
         wake = marked and until_of(tenant, h, lf)
         if wake then
-          stop = i
+          stop, why = i, 'slot: its downstream is full or paused (marked by a worker)'
           break
+        end
+        if booked then
+          msg, wake, why = book_slot(tenant, h, lf, msg)
+          if not msg then
+            stop = i
+            break
+          end
         end
         hand_over(H, task, class, msg, now)
         n = n + 1
@@ -171,7 +244,7 @@ while n < room and empties < 32 do
       if wake then
         -- Asleep until the mark ends: out of the ring.
         redis.call('ZADD', KEYS[2], int(wake), tenant)
-        redis.call('HSET', KEYS[10], tenant, string.sub(tenant, 2) .. '\tslot: its downstream is full or paused (marked by a worker)')
+        redis.call('HSET', KEYS[10], tenant, string.sub(tenant, 2) .. '\t' .. why)
       else
         local weight = weights[tenant]
         if not weight then
@@ -193,21 +266,25 @@ flush(H)
 -- A claim that stopped at its limit of emptied tenants leaves more of the
 -- ring unseen: the next claim comes at once, even with nothing taken.
 if empties >= 32 and n < room then more = true end
+-- next_wait returns when the next sleeper wakes, or the next job for
+-- later is due, in µs from now (-1: none).
+local function next_wait()
+  local wait = -1
+  for _, k in ipairs({KEYS[2], KEYS[11]}) do
+    local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+    if first[2] then
+      local w = math.max(0, tonumber(first[2]) - now)
+      if wait < 0 or w < wait then wait = w end
+    end
+  end
+  return wait
+end
 if n > 0 or more then
-  local next = 'poll'
   if more or (n == batch and prefetch - handed > n) then
-    next = 'now'
+    return {'taken', n, 'now', 0}
   elseif handed + n >= prefetch then
-    next = 'full'
+    return {'taken', n, 'full', 0}
   end
-  return {'taken', n, next}
+  return {'taken', n, 'poll', next_wait()}
 end
-local wait = -1
-for _, k in ipairs({KEYS[2], KEYS[11]}) do
-  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local w = math.max(0, tonumber(first[2]) - now)
-    if wait < 0 or w < wait then wait = w end
-  end
-end
-return {'idle', wait}
+return {'idle', next_wait()}

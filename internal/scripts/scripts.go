@@ -38,7 +38,7 @@ var Admit = map[string]*redis.Script{}
 
 // The pacing scripts of package throttle.
 var (
-	ThrottleReserve = script("throttle_reserve")
+	ThrottleReserve = script("throttle_book", "throttle_reserve")
 	ThrottleCancel  = script("throttle_cancel")
 	ThrottleSettle  = script("throttle_settle")
 	ThrottlePause   = script("throttle_pause")
@@ -64,7 +64,7 @@ func init() {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim  = script("queue_handover", "queue_claim")
+	QueueClaim  = script("throttle_book", "queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
 )

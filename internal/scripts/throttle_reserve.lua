@@ -56,7 +56,8 @@
 --          "0" (KEYS[2] is not read); then for each further bucket in fives:
 --          rl, pr, burst, its count (n or 1), "1" if it counts cost (its
 --          count is learned) else "0"
--- Uses     prelude.lua (int, clock, share, paced, guard_of)
+-- Uses     prelude.lua (clock, int), throttle_book.lua (due, book, renew,
+--          paused_for, reserve_one)
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
@@ -72,97 +73,9 @@ local now, pad = clock(ARGV[7])
 local guard = tonumber(ARGV[8])
 local learn = ARGV[9] == '1'
 
--- due(rl, pr, burst, n, a, f, gf): a bucket's TAT before the call (at,
--- frac) from its stored a, f (nil: empty), its guard g in 1/rl µs (none
--- for a burst of 1, at most half the bucket), whether the call is guarded
--- (gf its stored g), and the delay until its own slot (µs).
-local function due(rl, pr, burst, n, a, f, gf)
-  local at, frac, g, guarded = now, 0, guard_of(guard, rl, pr, burst), false
-  if a then
-    a, f = tonumber(a), tonumber(f)
-    if a >= now then at, frac = a, f end
-    -- guarded until the bucket has been empty for the guard
-    guarded = g > 0 and gf == '1' and (a - now) * rl + f + g > 0
-  end
-  -- the new TAT - now, less the tolerance, in 1/rl µs
-  local early = (at - now) * rl + frac + n * pr - burst * pr
-  -- a call that must wait for room is guarded too: it is the one that
-  -- fills the bucket when it fills slowly
-  if g > 0 and early > 0 then guarded = true end
-  if guarded then early = early + g end
-  if early > 0 then return at, frac, g, guarded, math.ceil(early / rl) end
-  return at, frac, g, guarded, 0
-end
-
--- book(...): the bucket's TAT after booking n units at the call's slot,
--- its g field (nil when it has no guard) and how long (µs) the booking
--- needs the key to live. A bucket whose own delay d is below the call's
--- (its slot rounds up to the call's) books from max(TAT, slot).
-local function book(slot, delay, rl, pr, burst, n, at, frac, g, guarded, d)
-  if d < delay and at < slot then at, frac = slot, 0 end
-  local f = frac + n * pr
-  at = at + math.floor(f / rl)
-  frac = f % rl
-  local gv
-  if g > 0 then
-    -- guarded from the booking that leaves the bucket within G of full
-    gv = '0'
-    if guarded or (at - slot) * rl + frac > burst * pr - g then gv = '1' end
-  end
-  local l = at - now
-  if frac > 0 then l = l + 1 end
-  return at, frac, gv, l
-end
-
--- renew(life, ceil, e): the key's new TTL (µs) if the booking outlives
--- the e it last set, else nil. What was learned lives until the ceiling
--- is back at the whole rate.
-local function renew(life, ceil, e)
-  if ceil < SHARE_FULL then life = math.max(life, (SHARE_FULL - ceil) / SHARE_CREEP) end
-  if not e or tonumber(e) < now + life then return math.ceil(life * 1.5) end
-  return nil
-end
-
-local function pausedFor(p)
-  if p then
-    p = tonumber(p)
-    if p > now then return p - now end
-  end
-  return 0
-end
-
--- One bucket and nothing learned, the common case: the same rule as
--- below, on locals, with no tables but the reply.
+-- One bucket and nothing learned, the common case.
 if #ARGV == 9 and not learn then
-  local rl, pr, burst, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local st = redis.call('HMGET', key, 'p', 's', 'c', 't', 'e', 'a', 'f', 'g')
-  local paused = pausedFor(st[1])
-  local sh, ceil = share(st[2], st[3], st[4], now)
-  pr = paced(pr, sh)
-  local at, frac, g, guarded, delay = due(rl, pr, burst, n, st[6], st[7], st[8])
-  local r = {1, delay, 0, paused, 0, 0, pr, sh, math.floor(ceil * 100), now + delay, n, 0}
-  if delay > maxwait then
-    r[1], r[3] = 0, delay - maxwait
-    return r
-  end
-  if not reserve then return r end
-  local gv, l
-  at, frac, gv, l = book(now + delay, delay, rl, pr, burst, n, at, frac, g, guarded, delay)
-  r[5], r[6] = at, frac
-  local life = renew(math.max(paused, l), ceil, st[5])
-  if life then
-    if gv then
-      redis.call('HSET', key, 'a', int(at), 'f', int(frac), 'g', gv, 'e', int(now + life))
-    else
-      redis.call('HSET', key, 'a', int(at), 'f', int(frac), 'e', int(now + life))
-    end
-    redis.call('PEXPIRE', key, math.ceil(life / 1000) + 1 + pad)
-  elseif gv then
-    redis.call('HSET', key, 'a', int(at), 'f', int(frac), 'g', gv)
-  else
-    redis.call('HSET', key, 'a', int(at), 'f', int(frac))
-  end
-  return r
+  return reserve_one(key, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), guard, maxwait, reserve, now, pad)
 end
 
 local b = {{rl = tonumber(ARGV[1]), pr = tonumber(ARGV[2]), burst = tonumber(ARGV[3]),
@@ -198,14 +111,14 @@ for _, x in ipairs(b) do
   fields[#fields + 1] = x.fg
 end
 local st = redis.call('HMGET', key, unpack(fields))
-local paused = pausedFor(st[1])
+local paused = paused_for(now, st[1])
 local sh, ceil = share(st[2], st[3], st[4], now)
 
 -- Each bucket's delay until its own slot; the call's is the latest.
 local delay = 0
 for i, x in ipairs(b) do
   x.pr = paced(x.pr, sh)
-  x.at, x.frac, x.g, x.guarded, x.delay = due(x.rl, x.pr, x.burst, x.n, st[3 + 3 * i], st[4 + 3 * i], st[5 + 3 * i])
+  x.at, x.frac, x.g, x.guarded, x.delay = due(now, guard, x.rl, x.pr, x.burst, x.n, st[3 + 3 * i], st[4 + 3 * i], st[5 + 3 * i])
   if x.delay > delay then delay = x.delay end
 end
 
@@ -234,12 +147,12 @@ local set = {}
 local life = paused
 for _, x in ipairs(b) do
   local gv, l
-  x.at, x.frac, gv, l = book(slot, delay, x.rl, x.pr, x.burst, x.n, x.at, x.frac, x.g, x.guarded, x.delay)
+  x.at, x.frac, gv, l = book(now, slot, delay, x.rl, x.pr, x.burst, x.n, x.at, x.frac, x.g, x.guarded, x.delay)
   set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = x.fa, int(x.at), x.ff, int(x.frac)
   if gv then set[#set + 1], set[#set + 2] = x.fg, gv end
   if l > life then life = l end
 end
-life = renew(life, ceil, st[5])
+life = renew(now, life, ceil, st[5])
 if life then
   set[#set + 1], set[#set + 2] = 'e', int(now + life)
   redis.call('HSET', key, unpack(set))

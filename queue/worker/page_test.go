@@ -239,8 +239,14 @@ func TestPageInBrowser(t *testing.T) {
 	if _, err := th.Backoff(ctx, "api", api.Limit, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	qc := cfg.QueueConfig()
+	p, err := queue.NewProducer(client, &qc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	feeds := cfg.Downstreams["feeds"]
-	if _, err := th.Backoff(ctx, "feeds/hooli", feeds.Limit, 10*time.Minute); err != nil {
+	hooli := p.ThrottleKey("feeds", "hooli", true)
+	if _, err := th.Backoff(ctx, hooli, feeds.Limit, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := th.Acquire(ctx, "api", *api.Concurrency)
@@ -248,11 +254,6 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	qc := cfg.QueueConfig()
-	p, err := queue.NewProducer(client, &qc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	acme := "<b>acme</b> & co"
 	jobs := []queue.Job{{Tenant: acme}, {Tenant: acme}, {Tenant: acme}, {Tenant: "globex"}, {Tenant: "globex"}, {Tenant: "initech"},
 		{Tenant: "hooli", Downstream: "feeds"}}
@@ -270,7 +271,7 @@ func TestPageInBrowser(t *testing.T) {
 		st, err := p.Stats(ctx)
 		return err == nil && st.Sleeping == 5
 	})
-	hooliState, err := th.State(ctx, "feeds/hooli", feeds.Limit)
+	hooliState, err := th.State(ctx, hooli, feeds.Limit)
 	if err != nil {
 		t.Fatal(err)
 	}
