@@ -253,13 +253,13 @@ func TestTagged(t *testing.T) {
 	}{
 		{"{q}api/=t1", true},
 		{"{scale:3}api/#" + strings.Repeat("ab", 32), true},
-		{"{q}", false},          // no rest
-		{"{}x", false},          // empty tag
-		{"q}x", false},          // no opening brace
-		{"{q}x}", false},        // a second brace
-		{"{q}{x", false},        // a second brace
-		{"{q}a b", false},       // a space
-		{"{q}a\nb", false},      // a newline
+		{"{q}", false},     // no rest
+		{"{}x", false},     // empty tag
+		{"q}x", false},     // no opening brace
+		{"{q}x}", false},   // a second brace
+		{"{q}{x", false},   // a second brace
+		{"{q}a b", false},  // a space
+		{"{q}a\nb", false}, // a newline
 		{"{q}" + strings.Repeat("a", MaxTagged), false},
 		{"api/=t1", false},
 	} {
