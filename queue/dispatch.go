@@ -89,7 +89,7 @@ const idHold = 30 * time.Second
 // slot it books (queue_claim.lua); the job's worker sleeps the rest. Its
 // tenant sleeps until its next slot is that close. A longer lead would
 // hand over more jobs a claim, and keep more workers asleep on slots.
-const claimLead = 5 * time.Millisecond
+const claimLead = 20 * time.Millisecond
 
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 64
@@ -141,8 +141,8 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 // PollInterval.
 func (s *Server) pollWait(us any) time.Duration {
 	wait := s.cfg.PollInterval
-	if us, ok := us.(int64); ok && us >= 0 && time.Duration(us)*time.Microsecond < wait {
-		wait = time.Duration(us) * time.Microsecond
+	if us, ok := us.(int64); ok && us >= 0 {
+		wait = min(wait, time.Duration(us)*time.Microsecond+claimLead/2)
 	}
 	return wait
 }
