@@ -280,3 +280,52 @@ func TestEnvelopeSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedTenantSleepsInItsTurn: a tenant whose next job waits for its
+// slot goes to sleep in the claim that took its last due job, its next
+// job left first in its list, rather than in a turn of its own. With a
+// claim's room of 2 shared by 2 tenants (a job a turn), one claim hands
+// over a job of each and puts the paced tenant (1 a second, no burst) to
+// sleep until its next slot is within the claim's lead.
+func TestPacedTenantSleepsInItsTurn(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer th.Close()
+		d := Downstream{Limit: throttle.Limit{Name: "api", Rate: 1, MaxWait: time.Second}, PerTenant: true}
+		s, err := NewServer(client, &ServerConfig{Config: cfg, Throttle: th, Prefetch: 2,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.books.note(d, "api")
+		fill(t, p, "paced", 2, "api")
+		fill(t, p, "free", 1, "api")
+		if _, err := s.dispatchOne(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := p.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := p.Sleepers(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.HandedOver != 2 || st.Sleeping != 1 || len(ss) != 1 || ss[0].Tenant != "paced" ||
+			!strings.HasPrefix(ss[0].Why, "slot: downstream api's next slot") {
+			t.Fatalf("after one claim: %+v, sleepers %+v; want a job of each tenant handed over, and the paced tenant asleep for its slot", st, ss)
+		}
+		if wait := time.Until(ss[0].Until); wait < 900*time.Millisecond-claimLead || wait > time.Second-claimLead {
+			t.Errorf("the paced tenant wakes in %v; its next slot is a second after its first, less the lead", wait)
+		}
+	})
+}

@@ -139,25 +139,61 @@ local function slot_at(msg)
   if string.sub(msg, i + 1, i + 9) ~= '{"slot":"' or string.sub(msg, i + 42, i + 42) ~= '"' then return nil end
   return i + 10
 end
--- book_slot books the slot of a job of the tenant on its downstream if
--- the claim books it. It returns the message to hand over (with the
--- slot written in), or nil, when the slot is beyond the lead, and when
--- the tenant wakes (µs) and why it waits.
-local function book_slot(tenant, entry, lf, msg)
+-- The buckets this claim has read, by key (reserve_one's memo): a
+-- tenant's next job is checked against the state its last booking left.
+local memo = {}
+-- slot_of books (reserve) or checks the slot of a job of the tenant whose
+-- entry ends its header at lf (of units units if given, else its own),
+-- when the claim books its downstream: reserve_one's reply and the
+-- downstream, or nil when it does not.
+local function slot_of(tenant, entry, lf, reserve, units)
   local ds = field(entry, lf, '\tdownstream=')
   local b = ds and booked[ds]
-  if not b then return msg end
-  local n = tonumber(field(entry, lf, '\tunits=') or '1')
-  local at = slot_at(msg)
+  if not b then return nil end
+  local n = units or tonumber(field(entry, lf, '\tunits=') or '1')
   -- A job whose cost is more than the burst is the worker's to refuse.
-  if not at or not n or n > b.burst then return msg end
-  local r = reserve_one(bucket_prefix .. ds .. '/' .. tenant, b.rl, b.pr, b.burst, n, b.guard, lead, true, now, pad)
-  if r[1] == 0 then
-    local why = 'slot: downstream ' .. ds .. "'s next slot for the tenant is later"
-    if r[4] > 0 then why = 'pause: downstream ' .. ds .. ' is paused (a 429 or 503)' end
-    return nil, now + r[3], why
-  end
-  return string.sub(msg, 1, at - 1) .. string.format('%016d%016d', r[10], r[2]) .. string.sub(msg, at + 32)
+  if not n or n > b.burst then return nil end
+  return reserve_one(bucket_prefix .. ds .. '/' .. tenant, b.rl, b.pr, b.burst, n, b.guard, lead, reserve, now, pad, memo), ds
+end
+-- later_of returns when a tenant whose next slot reserve_one found beyond
+-- the lead wakes (µs), and why it waits.
+local function later_of(r, ds)
+  if r[4] > 0 then return now + r[3], 'pause: downstream ' .. ds .. ' is paused (a 429 or 503)' end
+  return now + r[3], 'slot: downstream ' .. ds .. "'s next slot for the tenant is later"
+end
+-- book_slot books the slot of a job of the tenant if the claim books its
+-- downstream. It returns the message to hand over (with the slot written
+-- in) and whether it booked, or nil, when the tenant wakes (µs) and why
+-- it waits, when the slot is beyond the lead.
+local function book_slot(tenant, entry, lf, msg)
+  local at = slot_at(msg)
+  if not at then return msg, false end
+  local r, ds = slot_of(tenant, entry, lf, true)
+  if not r then return msg, false end
+  if r[1] == 0 then return nil, later_of(r, ds) end
+  return string.sub(msg, 1, at - 1) .. string.format('%016d%016d', r[10], r[2]) .. string.sub(msg, at + 32), true
+end
+-- next_later looks at a tenant's next job, after a turn whose last job
+-- the claim booked, and returns when the tenant wakes and why, if that
+-- job's slot is beyond the lead (nil: it is not, or the claim does not
+-- book it). It reads the job (LINDEX) only when a job of one unit on the
+-- same bucket would wait, which the bucket's state in the memo says
+-- without a command; so a tenant at its pace goes to sleep in the turn
+-- that took its last due job, not in a turn of its own.
+local function next_later(tenant, list, entry, lf)
+  local r = slot_of(tenant, entry, lf, false, 1)
+  if not r or r[1] == 1 then return nil end
+  local nxt = redis.call('LINDEX', list, 0)
+  if not nxt then return nil end
+  local task, _, msg, nlf = read(nxt)
+  if not task then return nil end
+  local u = marked and until_of(tenant, nxt, nlf)
+  if u then return u, 'slot: its downstream is full or paused (marked by a worker)' end
+  if not slot_at(msg) then return nil end
+  local ds
+  r, ds = slot_of(tenant, nxt, nlf, false)
+  if r and r[1] == 0 then return later_of(r, ds) end
+  return nil
 end
 -- Tenants' weights, read once per claim; none are stored while every
 -- tenant has the default weight of 1.
@@ -207,7 +243,7 @@ while n < room and empties < 32 do
       -- Hand the jobs over in order up to the first that is no entry or
       -- whose throttle key is marked full; that one and those behind it go
       -- back to the head of the list.
-      local stop, junk, wake, why
+      local stop, junk, wake, why, last, last_lf
       for i, h in ipairs(got) do
         local task, class, msg, lf = read(h)
         if not task then
@@ -219,12 +255,15 @@ while n < room and empties < 32 do
           stop, why = i, 'slot: its downstream is full or paused (marked by a worker)'
           break
         end
+        last = nil
         if booked then
-          msg, wake, why = book_slot(tenant, h, lf, msg)
+          local ok
+          msg, ok, why = book_slot(tenant, h, lf, msg)
           if not msg then
-            stop = i
+            stop, wake = i, ok
             break
           end
+          if ok then last, last_lf = h, lf end
         end
         hand_over(H, task, class, msg, now)
         n = n + 1
@@ -240,6 +279,9 @@ while n < room and empties < 32 do
         ring_back()
         flush(H)
         return {'junk', tenant, got[stop]}
+      end
+      if last and not stop then
+        wake, why = next_later(tenant, list, last, last_lf)
       end
       if wake then
         -- Asleep until the mark ends: out of the ring.
