@@ -29,7 +29,10 @@ type claimTest struct {
 	calls map[string][]time.Time
 }
 
-func newClaimTest(t *testing.T, client redis.UniversalClient, lim throttle.Limit) *claimTest {
+// newClaimTest starts the server. With named, its config names the
+// downstream (ServerConfig.DownstreamNames); without, a first job teaches
+// it the downstream.
+func newClaimTest(t *testing.T, client redis.UniversalClient, lim throttle.Limit, named bool) *claimTest {
 	t.Helper()
 	cfg := testConfig(t, 1000)
 	cfg.Shards = 3
@@ -55,11 +58,17 @@ func newClaimTest(t *testing.T, client redis.UniversalClient, lim throttle.Limit
 		c.mu.Unlock()
 		return nil
 	})
-	c.s = startServer(t, client, ServerConfig{Config: cfg, Concurrency: 8, Throttle: c.th, Downstreams: ds}, h)
-	// The server learns which downstreams the claim books from the jobs
-	// it runs: one job first.
-	fill(t, p, "first", 1, "api")
-	waitFor(t, 30*time.Second, "the first job", func() bool { return c.ran("first") == 1 })
+	scfg := ServerConfig{Config: cfg, Concurrency: 8, Throttle: c.th, Downstreams: ds}
+	if named {
+		scfg.DownstreamNames = []string{"api", "unknown"}
+	}
+	c.s = startServer(t, client, scfg, h)
+	if !named {
+		// The server learns which downstreams the claim books from the
+		// jobs it runs: one job first.
+		fill(t, p, "first", 1, "api")
+		waitFor(t, 30*time.Second, "the first job", func() bool { return c.ran("first") == 1 })
+	}
 	return c
 }
 
@@ -102,7 +111,7 @@ func (c *claimTest) reservations(t *testing.T, result string) float64 {
 func TestClaimBooksTenantSlots(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		lim := throttle.Limit{Name: "api", Rate: 10, Burst: 3, MaxWait: time.Second}
-		c := newClaimTest(t, client, lim)
+		c := newClaimTest(t, client, lim, false)
 		tenants := []string{"a", "b", "c", "a tenant with spaces"}
 		const each = 6
 		for _, tn := range tenants {
@@ -150,13 +159,30 @@ func TestClaimBooksTenantSlots(t *testing.T) {
 	})
 }
 
+// TestDownstreamNamesBookFromTheStart: a server told its downstreams'
+// names (ServerConfig.DownstreamNames, as the worker does from its
+// policy) has the claim book the slots of the first jobs too; a name the
+// server does not know is ignored.
+func TestDownstreamNamesBookFromTheStart(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		c := newClaimTest(t, client, throttle.Limit{Name: "api", Rate: 100, MaxWait: time.Second}, true)
+		for _, tn := range []string{"a", "b", "c"} {
+			fill(t, c.p, tn, 1, "api")
+		}
+		waitFor(t, 30*time.Second, "every job", func() bool { return c.ran("a")+c.ran("b")+c.ran("c") == 3 })
+		if claimed, granted, late := c.reservations(t, "claimed"), c.reservations(t, "granted"), c.reservations(t, "late"); claimed+granted != 3 || granted > late {
+			t.Errorf("slots booked by the claim %v, by the workers %v, too late to use %v; want the claim's every one not late", claimed, granted, late)
+		}
+	})
+}
+
 // TestClaimWaitsOutPause: a tenant's key paused (a 429) holds its next job
 // in the waiting room, its tenant asleep for the pause and saying so,
 // until the pause ends; another tenant's job goes at once.
 func TestClaimWaitsOutPause(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		lim := throttle.Limit{Name: "api", Rate: 100, MaxWait: time.Second}
-		c := newClaimTest(t, client, lim)
+		c := newClaimTest(t, client, lim, true)
 		ctx := context.Background()
 		start := time.Now()
 		const pause = 1500 * time.Millisecond

@@ -72,6 +72,12 @@ type ServerConfig struct {
 	Throttle *throttle.Throttle
 	// Downstreams returns the throttling of a downstream by name.
 	Downstreams func(name string) (Downstream, bool)
+	// DownstreamNames, when set, are the names Downstreams knows: the
+	// claim books the slots of those it can from the first job on
+	// (docs/queue.md, The dispatcher). A downstream not listed is
+	// learned from its first job this process runs, whose worker books
+	// that job's slot.
+	DownstreamNames []string
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
@@ -159,6 +165,13 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
+	if cfg.Throttle != nil && cfg.Downstreams != nil {
+		for _, name := range cfg.DownstreamNames {
+			if d, ok := cfg.Downstreams(name); ok {
+				s.books.note(d, name)
+			}
+		}
+	}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
 		// (docs/queue.md, The dispatcher).
