@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
+	"github.com/sluicehq/sluice/internal/names"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -35,7 +36,7 @@ func (b *claimBooks) note(d Downstream, name string) {
 	}
 	b.seen.Store(name, struct{}{})
 	rl, pr, burst, guard, ok := throttle.ClaimBucket(d.Limit)
-	if !ok || !d.PerTenant || d.Concurrency != nil || !keyspace.Tagged("{q}"+name+"/=t") {
+	if !ok || !d.PerTenant || d.Concurrency != nil || !keyspace.Tagged(longestKey(name)) {
 		return
 	}
 	var args []any
@@ -44,6 +45,15 @@ func (b *claimBooks) note(d Downstream, name string) {
 	}
 	args = append(args, name, rl, pr, burst, guard)
 	b.args.Store(&args)
+}
+
+// longestKey is the longest per-tenant throttle key of the downstream
+// (ThrottleKey): the longest shard name (a queue name of names.MaxLen
+// bytes, ":", the shard's number and the salt of shardName) and a hashed
+// tenant. The claim books a downstream only if every such key of it names
+// its own hash tag, as the worker's then does.
+func longestKey(downstream string) string {
+	return "{" + strings.Repeat("q", names.MaxLen+16) + "}" + downstream + "/#" + strings.Repeat("0", 64)
 }
 
 // claimArgs are the claim script's arguments from its 8th on for the

@@ -243,6 +243,9 @@ func TestClaimArgsNameTheBucket(t *testing.T) {
 			{"learns", Downstream{Limit: throttle.Limit{Rate: 2, Learn: true}, PerTenant: true}, false},
 			{"also", Downstream{Limit: throttle.Limit{Rate: 2, Also: []throttle.Rate{{Rate: 100, Per: time.Minute}}}, PerTenant: true}, false},
 			{"leased", Downstream{Limit: lim, PerTenant: true, Concurrency: &throttle.Concurrency{Max: 1}}, false},
+			// a name so long that a tenant's key would not name its tag
+			{strings.Repeat("d", 120), Downstream{Limit: lim, PerTenant: true}, false},
+			{"a name with spaces", Downstream{Limit: lim, PerTenant: true}, false},
 		} {
 			s.books.note(d.d, d.name)
 			args := *s.books.args.Load()
