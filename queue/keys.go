@@ -98,9 +98,6 @@ func newShards(prefix, queue string, n int) shards {
 	return s
 }
 
-// clusterSlots is how many hash slots a Redis Cluster has.
-const clusterSlots = 16384
-
 // shardName returns the asynq queue of shard i of a queue of n shards,
 // which is its hash tag: the queue's name, ":" and i, and, when that
 // name's hash slot lies outside the shard's even share of the cluster's
@@ -110,33 +107,16 @@ const clusterSlots = 16384
 // whatever the queue's name, rather than as the names happen to hash.
 func shardName(queue string, i, n int) string {
 	name := queue + ":" + strconv.Itoa(i)
-	lo, hi := i*clusterSlots/n, (i+1)*clusterSlots/n
+	lo, hi := i*keyspace.Slots/n, (i+1)*keyspace.Slots/n
 	for salt := 0; ; salt++ {
 		try := name
 		if salt > 0 {
 			try = name + "-" + strconv.Itoa(salt)
 		}
-		if slot := int(crc16(try)) % clusterSlots; slot >= lo && slot < hi {
+		if slot := keyspace.Slot(try); slot >= lo && slot < hi {
 			return try
 		}
 	}
-}
-
-// crc16 is Redis Cluster's key hash (CRC-16/XMODEM: polynomial 0x1021,
-// initial value 0).
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // of returns the keys of the shard that holds the tenant encoded as enc:

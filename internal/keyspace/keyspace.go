@@ -80,3 +80,24 @@ func Tagged(id string) bool {
 	}
 	return end > 1 && end < len(id)-1
 }
+
+// Slots is how many hash slots a Redis Cluster has.
+const Slots = 16384
+
+// Slot returns the hash slot of a key whose hash tag is tag (the whole
+// key when it has none): CRC-16/XMODEM (polynomial 0x1021, initial 0)
+// modulo Slots, as Redis Cluster hashes keys.
+func Slot(tag string) int {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % Slots
+}

@@ -278,3 +278,13 @@ func TestTagged(t *testing.T) {
 		}
 	}
 }
+
+// TestSlot: Redis Cluster's key hash, against CLUSTER KEYSLOT's answers
+// (foo 12182, {user1000}.following 3443) and CRC-16/XMODEM's check value.
+func TestSlot(t *testing.T) {
+	for tag, want := range map[string]int{"foo": 12182, "user1000": 3443, "123456789": 0x31C3 % Slots} {
+		if got := Slot(tag); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", tag, got, want)
+		}
+	}
+}

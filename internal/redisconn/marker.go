@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/keyspace"
 )
 
 // MarkerPrefix starts the marker keys: MarkerPrefix+"{tag}".
@@ -147,25 +149,8 @@ func (m *Markers) Check(ctx context.Context) ([]Loss, error) {
 func tagInSlots(start, end int) string {
 	for n := 0; ; n++ {
 		tag := strconv.Itoa(n)
-		if s := int(crc16([]byte(tag)) % 16384); s >= start && s <= end {
+		if s := keyspace.Slot(tag); s >= start && s <= end {
 			return tag
 		}
 	}
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), which Redis
-// Cluster hashes keys with.
-func crc16(b []byte) uint16 {
-	var crc uint16
-	for _, c := range b {
-		crc ^= uint16(c) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -83,15 +84,13 @@ func TestMarkersPerClusterMaster(t *testing.T) {
 	}
 }
 
-// TestCRC16: the cluster's key hash, against Redis's CLUSTER KEYSLOT.
-func TestCRC16(t *testing.T) {
-	if crc16([]byte("123456789")) != 0x31C3 {
-		t.Fatalf("crc16 check value %#x", crc16([]byte("123456789")))
-	}
+// TestSlot: the cluster's key hash (keyspace.Slot), against Redis's
+// CLUSTER KEYSLOT.
+func TestSlot(t *testing.T) {
 	client := redistest.SharedCluster(t)
-	for _, tag := range []string{"0", "1", "17", "abc", "sluice"} {
+	for _, tag := range []string{"0", "1", "17", "abc", "sluice", "scale:3"} {
 		want := client.ClusterKeySlot(context.Background(), MarkerPrefix+"{"+tag+"}").Val()
-		if got := int64(crc16([]byte(tag)) % 16384); got != want {
+		if got := int64(keyspace.Slot(tag)); got != want {
 			t.Errorf("tag %q: slot %d, Redis says %d", tag, got, want)
 		}
 	}
