@@ -129,7 +129,9 @@ func TestClaimBooksTenantSlots(t *testing.T) {
 		// worker for the first job (before the server knew the downstream)
 		// and for a claimed slot found too late to use on a busy machine.
 		claimed, granted, late := c.reservations(t, "claimed"), c.reservations(t, "granted"), c.reservations(t, "late")
-		if claimed+granted != float64(1+len(tenants)*each) || claimed == 0 || granted > 1+late {
+		// A slot found too late is left as a gap and booked again, so each
+		// late one may add a booking.
+		if want := float64(1 + len(tenants)*each); claimed+granted < want || claimed+granted > want+late || claimed == 0 || granted > 1+late {
 			t.Errorf("slots booked by the claim %v, by the workers %v, too late to use %v; want %d in all, the workers' the first and the late ones",
 				claimed, granted, late, 1+len(tenants)*each)
 		}
@@ -170,7 +172,7 @@ func TestDownstreamNamesBookFromTheStart(t *testing.T) {
 			fill(t, c.p, tn, 1, "api")
 		}
 		waitFor(t, 30*time.Second, "every job", func() bool { return c.ran("a")+c.ran("b")+c.ran("c") == 3 })
-		if claimed, granted, late := c.reservations(t, "claimed"), c.reservations(t, "granted"), c.reservations(t, "late"); claimed+granted != 3 || granted > late {
+		if claimed, granted, late := c.reservations(t, "claimed"), c.reservations(t, "granted"), c.reservations(t, "late"); claimed+granted < 3 || claimed+granted > 3+late || granted > late {
 			t.Errorf("slots booked by the claim %v, by the workers %v, too late to use %v; want the claim's every one not late", claimed, granted, late)
 		}
 	})
