@@ -15,8 +15,9 @@ import (
 // trip of its own: a per-tenant quota of one rate that learns nothing and
 // leases no concurrency (throttle.ClaimBucket), named so that the
 // tenant's throttle key lives in its shard's hash slot (ThrottleKey).
-// The server learns them from the jobs it runs: a downstream's first jobs
-// are booked by their workers, the rest by the claim.
+// The server notes them at its start from ServerConfig.DownstreamNames,
+// and from the jobs it runs: a downstream it was not told of has its
+// first jobs booked by their workers, the rest by the claim.
 type claimBooks struct {
 	mu   sync.Mutex
 	seen sync.Map              // downstream name -> struct{}: decided
@@ -56,20 +57,31 @@ func longestKey(downstream string) string {
 	return "{" + strings.Repeat("q", names.MaxLen+16) + "}" + downstream + "/#" + strings.Repeat("0", 64)
 }
 
-// claimArgs are the claim script's arguments from its 8th on for the
-// shard whose asynq queue is queue: the name of the shard's tenants'
-// throttle buckets up to the downstream's name, then the downstreams it
-// books. None without a throttle.
-func (s *Server) claimArgs(queue string) []any {
-	args := s.books.args.Load()
-	if s.cfg.Throttle == nil || args == nil {
-		return []any{""}
+// bucketPrefix is the name of the throttle buckets of the tenants of the
+// shard whose asynq queue is queue, up to the downstream's name (see
+// queue_claim.lua), or "" without a throttle.
+func (s *Server) bucketPrefix(queue string) string {
+	if s.cfg.Throttle == nil {
+		return ""
 	}
+	// "-" stands for the rest of a tenant's key: a tagged key keeps its
+	// name (keyspace.Tagged), so the bucket's name ends with it.
 	name, err := s.cfg.Throttle.BucketKey("{" + queue + "}-")
 	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(name, "-")
+}
+
+// claimArgs are the claim script's arguments from its 9th on for the
+// dispatcher d: the name of its shard's tenants' throttle buckets up to
+// the downstream's name, then the downstreams the claim books.
+func (s *Server) claimArgs(d *dispatcher) []any {
+	args := s.books.args.Load()
+	if d.buckets == "" || args == nil {
 		return []any{""}
 	}
-	return append([]any{strings.TrimSuffix(name, "-")}, *args...)
+	return append([]any{d.buckets}, *args...)
 }
 
 // place records the tenant's shard and encoded id on a job, which name

@@ -215,8 +215,8 @@ func TestClaimWaitsOutPause(t *testing.T) {
 }
 
 // TestClaimArgsNameTheBucket: the name the claim builds for a tenant's
-// bucket (its 9th argument, the downstream's name, "/" and the encoded
-// tenant) is the throttle's own, for plain and hashed tenant ids, with
+// bucket (its 9th argument, the shard's prefix, then the downstream's
+// name, "/" and the encoded tenant) is the throttle's own, for plain and hashed tenant ids, with
 // one shard and several; and only downstreams of one rate per tenant that
 // learn nothing and lease nothing are booked by the claim.
 func TestClaimArgsNameTheBucket(t *testing.T) {
@@ -264,7 +264,7 @@ func TestClaimArgsNameTheBucket(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prefix, _ := s.claimArgs(k.queue)[0].(string)
+			prefix, _ := s.claimArgs(s.disp[s.shards.index(k.queue)])[0].(string)
 			want, err := th.BucketKey(s.ThrottleKey("api", tenant, true))
 			if err != nil {
 				t.Fatal(err)

@@ -12,7 +12,8 @@ import (
 // dispatcher feeds one shard of the waiting room to asynq.
 type dispatcher struct {
 	keys     keys
-	prefetch int // the shard's share of ServerConfig.Prefetch
+	prefetch int    // the shard's share of ServerConfig.Prefetch
+	buckets  string // Server.bucketPrefix of the shard
 	// wake tells the dispatcher that wakeAfter jobs of this process have
 	// left the shard's asynq pending list since its last claim
 	// (startedHere), or that a tenant was woken.
@@ -101,7 +102,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
-		append([]any{d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds(), claimLead.Microseconds()}, s.claimArgs(k.queue)...)...).Slice()
+		append([]any{d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds(), claimLead.Microseconds()}, s.claimArgs(d)...)...).Slice()
 	if err != nil {
 		return 0, err
 	}

@@ -179,7 +179,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		if prefetch < 1 {
 			prefetch = 1
 		}
-		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, wake: make(chan struct{}, 1),
+		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, buckets: s.bucketPrefix(k.queue), wake: make(chan struct{}, 1),
 			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
 		queues[k.queue] = 1
 	}
@@ -423,7 +423,7 @@ func (s *Server) release(ctx context.Context, job *Job) error {
 	if !job.holding {
 		return nil
 	}
-	k, _, _, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
+	k := s.shards.of(job.tenantEnc) // process placed the job: decodeJob refused an empty tenant, Encode's only error
 	if err := s.client.ZRem(context.WithoutCancel(ctx), k.held, job.ScopedID()).Err(); err != nil {
 		return err
 	}

@@ -100,6 +100,8 @@ end
 -- job's key is not looked up at all.
 redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', now)
 local marked = redis.call('ZCARD', KEYS[13]) > 0
+-- MARKED is why a tenant sleeps until a mark ends.
+local MARKED = 'slot: its downstream is full or paused (marked by a worker)'
 -- until_of returns when the marks on the throttle keys of a job of the
 -- tenant end (nil: none), its downstream read from the header of its
 -- entry, which ends at lf.
@@ -188,7 +190,7 @@ local function next_later(tenant, list, entry, lf)
   local task, _, msg, nlf = read(nxt)
   if not task then return nil end
   local u = marked and until_of(tenant, nxt, nlf)
-  if u then return u, 'slot: its downstream is full or paused (marked by a worker)' end
+  if u then return u, MARKED end
   if not slot_at(msg) then return nil end
   local ds
   r, ds = slot_of(tenant, nxt, nlf, false)
@@ -252,7 +254,7 @@ while n < room and empties < 32 do
         end
         wake = marked and until_of(tenant, h, lf)
         if wake then
-          stop, why = i, 'slot: its downstream is full or paused (marked by a worker)'
+          stop, why = i, MARKED
           break
         end
         last = nil
