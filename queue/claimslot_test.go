@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -46,11 +45,7 @@ func newClaimTest(t *testing.T, client redis.UniversalClient, lim throttle.Limit
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.th, err = throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th", Metrics: metrics, Subscribe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.th.Close() })
+	c.th = testThrottle(t, client, &throttle.Options{Metrics: metrics, Subscribe: true})
 	ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim, PerTenant: true}, name == "api" }
 	h := HandlerFunc(func(ctx context.Context, j *Job) error {
 		c.mu.Lock()
@@ -321,16 +316,8 @@ func TestEnvelopeSlot(t *testing.T) {
 func TestPacedTenantSleepsInItsTurn(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 100)
+		th := testThrottle(t, client, nil)
 		d := Downstream{Limit: throttle.Limit{Name: "api", Rate: 1, MaxWait: time.Second}, PerTenant: true}
 		s, err := NewServer(client, &ServerConfig{Config: cfg, Throttle: th, Prefetch: 2,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})

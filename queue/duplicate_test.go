@@ -22,7 +22,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -631,11 +630,7 @@ func TestIDHeldUntilStarted(t *testing.T) {
 		ctx := context.Background()
 		cfg, p := testProducer(t, client, 100)
 		k := p.shards[0]
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		api := Downstream{Limit: throttle.Limit{Rate: 100, MaxWait: time.Second}}
 		if _, err := th.Pause(ctx, "api", api.Limit, time.Hour); err != nil {
 			t.Fatal(err)

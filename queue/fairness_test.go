@@ -237,16 +237,8 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 func TestMarkedKeySkipsEveryTenant(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
-		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 1000)
+		th := testThrottle(t, client, nil)
 		lim := throttle.Limit{Name: "api", Rate: 100, MaxWait: time.Second}
 		ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim}, name == "api" || name == "other" }
 		if _, err := th.Pause(ctx, "api", lim, time.Hour); err != nil {
@@ -269,8 +261,7 @@ func TestMarkedKeySkipsEveryTenant(t *testing.T) {
 			return err == nil && rec.count() == 1 && st.Sleeping == 11 && st.Depth == 31 && st.HandedOver == 0
 		})
 		w.Shutdown()
-		var sleepers []Sleeper
-		if sleepers, err = p.Sleepers(ctx, 20); err != nil || len(sleepers) != 11 {
+		if sleepers, err := p.Sleepers(ctx, 20); err != nil || len(sleepers) != 11 {
 			t.Fatalf("sleepers %v, %v", sleepers, err)
 		}
 		if got := rec.order[0].Tenant; got != "free" {

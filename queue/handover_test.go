@@ -112,6 +112,23 @@ func testProducer(t *testing.T, client redis.UniversalClient, bound int64) (Conf
 	return cfg, p
 }
 
+// testThrottle returns a throttle on client under t's own key prefix
+// (opts' Prefix is set), closed when t ends.
+func testThrottle(t *testing.T, client redis.UniversalClient, opts *throttle.Options) *throttle.Throttle {
+	t.Helper()
+	o := throttle.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Prefix = redistest.KeyPrefix(t) + "th"
+	th, err := throttle.New(client, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { th.Close() })
+	return th
+}
+
 // handOverAll enqueues jobs of the ids for tenant "a" and hands them all
 // over with one claim of a new Server, without a worker. It returns the
 // Server and the jobs' asynq task ids, in the order of the jobs, having
@@ -366,11 +383,7 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 	}
 	scfg := ServerConfig{Config: cfg, Concurrency: 2}
 	if withThrottle {
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		scfg.Throttle = th
 		scfg.Downstreams = func(name string) (Downstream, bool) {
 			return Downstream{Limit: throttle.Limit{Rate: 100}}, name == "api"

@@ -11,7 +11,6 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -55,11 +54,7 @@ func TestHostileTenantSlowsNobody(t *testing.T) {
 			}
 			enqueue(j)
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		api := Downstream{Limit: throttle.Limit{Rate: 1000, Burst: 1}}
 
 		var mu sync.Mutex

@@ -125,16 +125,8 @@ func TestConcurrencyCapHoldsThrough429(t *testing.T) {
 // call runs, no lease is held.
 func TestLeaseNotHeldWhileWaitingForSlot(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 1000)
+		th := testThrottle(t, client, nil)
 		conc := throttle.Concurrency{Max: 2, Lease: time.Hour}
 		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: time.Minute}, Concurrency: &conc}
 		ctx := context.Background()

@@ -307,11 +307,7 @@ func TestThrottledJobsSpendNoRetry(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		lim := throttle.Limit{Rate: 20, MaxWait: 60 * time.Millisecond}
 		rec := newRecorder()
 		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 6, Throttle: th,

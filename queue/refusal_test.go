@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -39,11 +38,7 @@ func TestRefusedJobEnds(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer th.Close()
+				th := testThrottle(t, client, nil)
 				metrics, err := NewMetrics(nil, cfg.Queue)
 				if err != nil {
 					t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -18,16 +17,8 @@ import (
 // Settle there corrects the booking: 40 units estimated, 5 used.
 func TestHandlerSettlesItsSlot(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 1000)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 1000)
+		th := testThrottle(t, client, nil)
 		// 100 units a minute: one unit is 600ms of the bucket.
 		lim := throttle.Limit{Name: "api", Rate: 100, Per: time.Minute, Burst: 100, Guard: -1, MaxWait: time.Minute}
 		var (

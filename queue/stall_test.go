@@ -101,11 +101,7 @@ func TestPoisonJobArchivedOthersFlow(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		d := Downstream{Limit: throttle.Limit{Rate: 1000, Burst: 1}}
 		rec := newRecorder()
 		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
@@ -198,11 +194,7 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		hook := &scriptHook{}
 		client.AddHook(hook)
 		d := Downstream{Limit: throttle.Limit{Rate: 2000}}
@@ -223,16 +215,8 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 // holds each; a woken tenant is no longer listed.
 func TestSleepersSayWhy(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 100)
+		th := testThrottle(t, client, nil)
 		paused := Downstream{Limit: throttle.Limit{Rate: 100, MaxWait: time.Second}}
 		slow := Downstream{Limit: throttle.Limit{Rate: 1, Per: time.Hour, MaxWait: time.Second}}
 		if _, err := th.Pause(context.Background(), "paused", paused.Limit, time.Hour); err != nil {
@@ -257,6 +241,7 @@ func TestSleepersSayWhy(t *testing.T) {
 			}}, rec)
 		var got []Sleeper
 		waitFor(t, 20*time.Second, "both tenants asleep", func() bool {
+			var err error
 			got, err = p.Sleepers(context.Background(), 10)
 			return err == nil && len(got) == 2
 		})

@@ -35,11 +35,7 @@ func TestWorkerUnknownDownstream(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		th := testThrottle(t, client, nil)
 		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
 		rec := newRecorder()
 		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
@@ -72,16 +68,8 @@ func TestWorkerUnknownDownstream(t *testing.T) {
 // lease is given back.
 func TestWorkerLeaseBusyPutsBack(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		cfg := testConfig(t, 100)
-		p, err := NewProducer(client, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer th.Close()
+		cfg, p := testProducer(t, client, 100)
+		th := testThrottle(t, client, nil)
 		conc := throttle.Concurrency{Max: 1, Lease: time.Hour}
 		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: 50 * time.Millisecond}, Concurrency: &conc}
 		lease, err := th.Acquire(context.Background(), "api", conc) // the key the job's throttle uses
