@@ -217,6 +217,17 @@ func (p *process) exited() bool {
 	}
 }
 
+// PID returns the process id of the running redis-server, or 0 when it
+// is stopped.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil || s.proc.exited() {
+		return 0
+	}
+	return s.proc.cmd.Process.Pid
+}
+
 // Stop stops the server gracefully: SIGTERM (redis-server then flushes its
 // AOF when Config.Args turned it on), and waits for it to exit. When it
 // has not exited within 20 s it is killed and Stop returns an error.

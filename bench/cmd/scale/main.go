@@ -87,7 +87,8 @@ type options struct {
 	latencyMax   time.Duration
 	globalBurst  int64
 	sluiceBurst  int64
-	shards       int // sluice's queue.shards on a cluster
+	shards       int     // sluice's queue.shards on a cluster
+	redisCPU     float64 // each redis-server's CPU cap, in CPUs; 0: none
 	enqueueProcs int
 	peerCheck    time.Duration
 	out          string
@@ -139,6 +140,7 @@ func parseFlags(args []string) (options, error) {
 	fs.Int64Var(&o.globalBurst, "global-burst", 100, "global5k: the capacity of the API's one bucket, and sluice's burst")
 	fs.Int64Var(&o.sluiceBurst, "sluice-burst", shopCapacity, "the burst of sluice's per-tenant downstream (the API's bucket is 40)")
 	fs.IntVar(&o.shards, "cluster-shards", 12, "sluice's queue.shards in the cluster cases (1 elsewhere)")
+	fs.Float64Var(&o.redisCPU, "redis-cpu", 0, "cap each redis-server at this many CPUs (0.35: 35% of one), each in a cgroup of its own, as masters on hosts of their own would be; Linux, as root (0: no cap)")
 	fs.DurationVar(&o.peerCheck, "peer-check", 0, "the peers' asynq DelayedTaskCheckInterval, how often due retries return to the queue (0: asynq's default, 5s)")
 	fs.IntVar(&o.enqueueProcs, "enqueue-procs", 4, "enqueue processes run at once for sluice's jobs")
 	fs.StringVar(&o.out, "out", "scale.md", "write the report here as well (empty: only standard output)")
@@ -152,6 +154,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.workers < 1 || o.conc < 1 || o.warmup < 0 || o.measure <= 0 || o.maxJobs < 1 || o.enqueueProcs < 1 || o.peerCheck < 0 {
 		return o, errors.New("-workers, -conc, -measure, -max-jobs and -enqueue-procs must be positive, -warmup and -peer-check not negative")
+	}
+	if o.redisCPU < 0 {
+		return o, errors.New("-redis-cpu must not be negative")
 	}
 	if o.sluiceBurst < 1 || o.globalBurst < 1 {
 		return o, errors.New("-sluice-burst and -global-burst must be at least 1")

@@ -158,7 +158,7 @@ func TestFlagsAndSizes(t *testing.T) {
 	if n := o.jobCount(o.cases[0]); n != 1000 {
 		t.Errorf("capped: %d jobs; want 1000", n)
 	}
-	for _, bad := range [][]string{{"-cases", "nope"}, {"-systems", "sidekiq"}, {"-measure", "0s"}, {"-sluice-burst", "0"}, {"extra"}} {
+	for _, bad := range [][]string{{"-cases", "nope"}, {"-systems", "sidekiq"}, {"-measure", "0s"}, {"-sluice-burst", "0"}, {"-redis-cpu", "-1"}, {"extra"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
 		}

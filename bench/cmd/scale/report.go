@@ -67,6 +67,9 @@ func writeReport(w io.Writer, o options, version string, results []caseResult) {
 	fmt.Fprintf(w, "# sluice scale benchmark\n\n%s, %s, redis-server %s. Each system: %d worker processes × %d goroutines (global5k: × %d), jobs enqueued before the workers start, %v of warm-up, then %v measured. The API answers in %v-%v. sluice's per-tenant burst: %d.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), version, o.workers, o.conc, 2*o.conc,
 		o.warmup, o.measure, o.latencyMin, o.latencyMax, o.sluiceBurst)
+	if o.redisCPU > 0 {
+		fmt.Fprintf(w, "Each redis-server (the standalone one, and each master of the cluster) is capped at %v CPUs, in a cgroup of its own, as a master on a host of its own would be (-redis-cpu).\n\n", o.redisCPU)
+	}
 	fmt.Fprintln(w, "| case | system | jobs | delivered/s | from the start | 429s measured | 429s in the run (tenants) | a tenant's first 429: after calls, s | overflow p50 / max | commands / job | scripts / job | Redis CPU µs / job | peak RSS of the workers | commands per master |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	var notes []string

@@ -122,6 +122,9 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 		}
 		e.closers = append(e.closers, func() { _ = stop() })
 		e.standalone = e.newTarget("standalone", srv.Addr(), nil)
+		if err := e.capRedis(srv); err != nil {
+			return e, err
+		}
 	}
 	if needCluster {
 		cl, stop, err := redistest.LaunchCluster()
@@ -130,6 +133,11 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 		}
 		e.closers = append(e.closers, stop)
 		e.cluster = e.newTarget("cluster", "", cl.Addrs())
+		for i := range cl.Addrs() {
+			if err := e.capRedis(cl.Node(i)); err != nil {
+				return e, err
+			}
+		}
 	}
 	t := e.standalone
 	if t == nil {
@@ -141,6 +149,20 @@ func newEnv(ctx context.Context, o options) (e *env, err error) {
 	}
 	e.redisVersion = snap.Version
 	return e, nil
+}
+
+// capRedis caps srv at -redis-cpu CPUs, if that is set.
+func (e *env) capRedis(srv *redistest.Server) error {
+	if e.o.redisCPU <= 0 {
+		return nil
+	}
+	undo, err := capCPU(cgroupRoot, srv.PID(), e.o.redisCPU)
+	if err != nil {
+		return fmt.Errorf("-redis-cpu: %w", err)
+	}
+	e.closers = append(e.closers, func() { _ = undo() })
+	e.logf("redis-server %s capped at %v CPUs", srv.Addr(), e.o.redisCPU)
+	return nil
 }
 
 func (e *env) newTarget(name, addr string, cluster []string) *target {
