@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -242,4 +243,32 @@ func TestCappedDownstreamDoesNotStarveOthers(t *testing.T) {
 		}
 		stop()
 	})
+}
+
+// TestTakeSpare: a release heard with nobody in line wakes the next job
+// refused before it, however long that job's put-back took; a release
+// heard before a job's refusal is no news to it and stays for a job
+// refused earlier; releases from before a whole leaseRecheck go.
+func TestTakeSpare(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	spares := []time.Time{at(1), at(5)}
+	// Refused at 4 s, put back at 8 s (a stalled machine): the release
+	// heard at 5 s wakes it.
+	rest, ok := takeSpare(slices.Clone(spares), at(4), at(0))
+	if !ok || !slices.Equal(rest, []time.Time{at(1)}) {
+		t.Errorf("refused at 4s: woken %v, left %v; want woken, the 1s release left", ok, rest)
+	}
+	// Refused at 6 s: both releases came before; it waits in line.
+	if rest, ok := takeSpare(slices.Clone(spares), at(6), at(0)); ok || len(rest) != 2 {
+		t.Errorf("refused at 6s: woken %v, left %v; want not woken, both left", ok, rest)
+	}
+	// Refused at 0.5 s: the first release after it wakes it.
+	if rest, ok := takeSpare(slices.Clone(spares), at(0.5), at(0)); !ok || !slices.Equal(rest, []time.Time{at(5)}) {
+		t.Errorf("refused at 0.5s: woken %v, left %v; want woken by the 1s release", ok, rest)
+	}
+	// Releases before the drop line are gone, whoever asks.
+	if rest, ok := takeSpare(slices.Clone(spares), at(0.5), at(2)); !ok || len(rest) != 0 {
+		t.Errorf("drop at 2s: woken %v, left %v; want woken by the 5s release, nothing left", ok, rest)
+	}
 }

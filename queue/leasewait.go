@@ -39,12 +39,6 @@ type waiting struct {
 	since time.Time // when it joined
 }
 
-// spareFor is how long a release heard with nobody in line wakes the
-// next tenant to join it at once: the job that found the key busy joins
-// after its put-back, a few round trips after its refusal, and a release
-// in between must not be missed.
-const spareFor = time.Second
-
 // maxSpares bounds the releases remembered with nobody in line.
 const maxSpares = 64
 
@@ -75,17 +69,18 @@ func (w *leaseWaits) line(s *Server, key string) *leaseWait {
 	return lw
 }
 
-// add puts tenant enc in the line of key; a release heard just before
-// wakes it at once.
-func (w *leaseWaits) add(s *Server, key, enc string) {
+// add puts tenant enc, whose job asked for a lease of key at asked and
+// was refused, in the line of key; a release heard since asked (while the
+// job was put back) wakes it at once.
+func (w *leaseWaits) add(s *Server, key, enc string, asked time.Time) {
 	if s.runCtx == nil || s.runCtx.Err() != nil {
 		return // shutting down: the tenant wakes by itself
 	}
 	w.mu.Lock()
 	lw := w.line(s, key)
-	lw.spares = slices.DeleteFunc(lw.spares, func(at time.Time) bool { return time.Since(at) >= spareFor })
-	if len(lw.spares) > 0 {
-		lw.spares = lw.spares[1:]
+	var woken bool
+	lw.spares, woken = takeSpare(lw.spares, asked, time.Now().Add(-s.leaseRecheck))
+	if woken {
 		w.mu.Unlock()
 		s.wakeTenant(enc)
 		return
@@ -94,6 +89,20 @@ func (w *leaseWaits) add(s *Server, key, enc string) {
 		lw.tenants = append(lw.tenants, waiting{enc: enc, since: time.Now()})
 	}
 	w.mu.Unlock()
+}
+
+// takeSpare takes from spares, the times of releases heard with nobody in
+// line, the first heard at or after asked, and reports whether it found
+// one: a release heard after a job's refusal may have freed the lease it
+// wanted, however long its put-back took. Releases heard before asked
+// stay for jobs refused before them; those heard before drop are
+// dropped, as a tenant refused then has woken by itself.
+func takeSpare(spares []time.Time, asked, drop time.Time) ([]time.Time, bool) {
+	spares = slices.DeleteFunc(spares, func(at time.Time) bool { return at.Before(drop) })
+	if i := slices.IndexFunc(spares, func(at time.Time) bool { return !at.Before(asked) }); i >= 0 {
+		return slices.Delete(spares, i, i+1), true
+	}
+	return spares, false
 }
 
 // listen wakes the first tenant in key's line at each release heard. A

@@ -355,13 +355,14 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// for its slot or a pause holds none; it is kept (extended)
 			// while the handler runs, and given back when it returns.
 			s.leaseWaits.watch(s, key) // a release after a refusal is not missed
+			asked := time.Now()
 			lease, err := s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
 			if err != nil {
 				s.cancelSlot(ctx, r)
 			}
 			var busy *throttle.BusyError
 			if errors.As(err, &busy) {
-				return s.leaseBusy(ctx, t, job, key)
+				return s.leaseBusy(ctx, t, job, key, asked)
 			}
 			if err != nil {
 				if neverFits(err) {
@@ -464,13 +465,13 @@ func tooFar(job *Job, paused time.Duration) string {
 // lease of its key was held: its tenant sleeps for at most leaseRecheck,
 // and is woken as soon as this process hears a lease of key given back
 // (docs/throttle.md, Concurrency leases). The job holds no goroutine
-// meanwhile, and spends no retry.
-func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string) error {
+// meanwhile, and spends no retry. asked is when it asked for the lease.
+func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key string, asked time.Time) error {
 	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), "", true); err != nil {
 		return err
 	}
 	_, enc, _, _ := s.shards.tenant(job.Tenant)
-	s.leaseWaits.add(s, key, enc)
+	s.leaseWaits.add(s, key, enc, asked)
 	return nil
 }
 
