@@ -56,17 +56,27 @@ func (c *Config) CheckJob(job *queue.Job) error {
 		cost, what = job.Units, "units"
 	}
 	if burst := max(d.Limit.Burst, 1); cost > burst {
-		return fmt.Errorf("%s %d exceeds downstream %q's burst of %d, so no slot could ever hold it: %w",
-			what, cost, d.Name, burst, algorithms.ErrCostExceedsCapacity)
+		return neverFits(fmt.Sprintf("%s %d exceeds downstream %q's burst of %d, so no slot could ever hold it",
+			what, cost, d.Name, burst))
 	}
 	for i, r := range d.Limit.Also {
 		if burst := max(r.Burst, 1); r.Counts == throttle.CountsCost && cost > burst {
-			return fmt.Errorf("%s %d exceeds the burst of %d of downstream %q's also[%d] (%v), so no slot could ever hold it: %w",
-				what, cost, burst, d.Name, i, r, algorithms.ErrCostExceedsCapacity)
+			return neverFits(fmt.Sprintf("%s %d exceeds the burst of %d of downstream %q's also[%d] (%v), so no slot could ever hold it",
+				what, cost, burst, d.Name, i, r))
 		}
 	}
 	return nil
 }
+
+// neverFits is the error of a job whose cost or units no slot of its
+// downstream can hold: its message says which burst it exceeds, and it is
+// algorithms.ErrCostExceedsCapacity to errors.Is.
+type neverFits string
+
+func (e neverFits) Error() string { return string(e) }
+
+// Is reports whether target is algorithms.ErrCostExceedsCapacity.
+func (e neverFits) Is(target error) bool { return target == algorithms.ErrCostExceedsCapacity }
 
 // named returns the downstream called name.
 func (c *Config) named(name string) (queue.Downstream, error) {

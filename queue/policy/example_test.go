@@ -111,7 +111,7 @@ downstreams:
 	fmt.Println(cfg.CheckJob(&queue.Job{Tenant: "acme", Type: "summarise", Downstream: "anthropic"}))
 	// Output:
 	// <nil>
-	// cost 900 exceeds downstream "openai"'s burst of 500, so no slot could ever hold it: sluice: cost exceeds the policy's capacity
+	// cost 900 exceeds downstream "openai"'s burst of 500, so no slot could ever hold it
 	// unknown downstream "anthropic": the policy file has no such downstream
 }
 
