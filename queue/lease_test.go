@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,4 +272,54 @@ func TestTakeSpare(t *testing.T) {
 	if rest, ok := takeSpare(slices.Clone(spares), at(0.5), at(2)); !ok || len(rest) != 0 {
 		t.Errorf("drop at 2s: woken %v, left %v; want woken by the 5s release, nothing left", ok, rest)
 	}
+}
+
+// TestLeaseWakePassesOverTenantAwake: a release goes to the first tenant
+// in a key's line that is still asleep. A tenant can be in line and
+// awake (a job of it put back after the wake that took it out of the
+// line joins it again, due); a release spent on it left the tenant
+// behind it asleep, here for the hour of leaseRecheck.
+func TestLeaseWakePassesOverTenantAwake(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg, p := testProducer(t, client, 100)
+		th := testThrottle(t, client, nil)
+		conc := throttle.Concurrency{Max: 1, Lease: time.Hour}
+		d := Downstream{Limit: throttle.Limit{Rate: 1000, MaxWait: time.Minute}, Concurrency: &conc}
+		lease, err := th.Acquire(context.Background(), "api", conc) // the key the job's throttle uses
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		srv, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.leaseRecheck = time.Hour // only a release wakes a tenant put back
+		if err := srv.Start(rec); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Shutdown)
+		// First in line: a tenant that is not asleep.
+		_, awake, _, _ := srv.shards.tenant("awake")
+		srv.leaseWaits.add(srv, "api", awake, time.Now())
+		if _, err := p.Enqueue(context.Background(), Job{Tenant: "b", Type: "call", Downstream: "api"}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "tenant b put back for the lease", func() bool {
+			asleep, _ := p.Sleepers(context.Background(), 10)
+			return len(asleep) == 1 && asleep[0].Tenant == "b" && strings.HasPrefix(asleep[0].Why, "lease: ")
+		})
+		_, b, _, _ := srv.shards.tenant("b")
+		waitFor(t, 10*time.Second, "tenant b in the key's line", func() bool {
+			srv.leaseWaits.mu.Lock()
+			defer srv.leaseWaits.mu.Unlock()
+			lw := srv.leaseWaits.keys["api"]
+			return lw != nil && slices.ContainsFunc(lw.tenants, func(x waiting) bool { return x.enc == b })
+		})
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "tenant b's job to run after the one release", func() bool { return rec.count() == 1 })
+	})
 }

@@ -78,11 +78,14 @@ func (w *leaseWaits) add(s *Server, key, enc string, asked time.Time) {
 	}
 	w.mu.Lock()
 	lw := w.line(s, key)
-	var woken bool
-	lw.spares, woken = takeSpare(lw.spares, asked, time.Now().Add(-s.leaseRecheck))
-	if woken {
+	var spare bool
+	lw.spares, spare = takeSpare(lw.spares, asked, time.Now().Add(-s.leaseRecheck))
+	if spare {
 		w.mu.Unlock()
-		s.wakeTenant(enc)
+		if !s.wakeTenant(enc) {
+			// Woken already: the release is for the next in line.
+			w.wakeNext(s, lw)
+		}
 		return
 	}
 	if !slices.ContainsFunc(lw.tenants, func(x waiting) bool { return x.enc == enc }) {
@@ -131,20 +134,34 @@ func (w *leaseWaits) listen(s *Server, key string, lw *leaseWait, rw *throttle.R
 			}
 			w.mu.Unlock()
 		case <-rw.C:
-			var wake []string
-			w.mu.Lock()
 			for range rw.Take() {
-				if len(lw.tenants) > 0 {
-					wake = append(wake, lw.tenants[0].enc)
-					lw.tenants = lw.tenants[1:]
-				} else if len(lw.spares) < maxSpares {
-					lw.spares = append(lw.spares, time.Now())
-				}
+				w.wakeNext(s, lw)
+			}
+		}
+	}
+}
+
+// wakeNext gives one release of lw's key to the first tenant in line
+// that is still asleep: a tenant in line may have woken meanwhile (a job
+// of it put back after the wake that took it out of the line joins it
+// again, due), and a release spent on it would leave the one behind it
+// asleep for a whole leaseRecheck. With nobody asleep in line the release
+// is kept as a spare. Callers hold no lock.
+func (w *leaseWaits) wakeNext(s *Server, lw *leaseWait) {
+	for {
+		w.mu.Lock()
+		if len(lw.tenants) == 0 {
+			if len(lw.spares) < maxSpares {
+				lw.spares = append(lw.spares, time.Now())
 			}
 			w.mu.Unlock()
-			for _, enc := range wake {
-				s.wakeTenant(enc)
-			}
+			return
+		}
+		enc := lw.tenants[0].enc
+		lw.tenants = lw.tenants[1:]
+		w.mu.Unlock()
+		if s.wakeTenant(enc) {
+			return
 		}
 	}
 }
@@ -156,17 +173,24 @@ func (w *leaseWaits) forget(key string, lw *leaseWait) {
 	}
 }
 
-// wakeTenant ends the sleep of tenant enc (if it still sleeps), and has
-// the dispatcher claim at once.
-func (s *Server) wakeTenant(enc string) {
+// wakeTenant ends the sleep of tenant enc, and has the dispatcher claim
+// at once. It reports false when enc was not asleep (it woke meanwhile,
+// or a wake is due already), and true when it woke it or could not tell.
+func (s *Server) wakeTenant(enc string) bool {
 	// A wake time of 0 is due: the next claim puts the tenant back in
-	// the ring. XX: a tenant that woke meanwhile is left alone.
+	// the ring. XX: a tenant that woke meanwhile is left alone; CH counts
+	// the sleep ended.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.runCtx), 5*time.Second)
 	defer cancel()
 	k := s.shards.of(enc)
-	if err := s.client.ZAddArgs(ctx, k.sleep, redis.ZAddArgs{XX: true, LT: true, Members: []redis.Z{{Member: enc}}}).Err(); err != nil {
+	n, err := s.client.ZAddArgs(ctx, k.sleep, redis.ZAddArgs{XX: true, LT: true, Ch: true, Members: []redis.Z{{Member: enc}}}).Result()
+	if err != nil {
 		s.log.Warn("sluice: waking a tenant waiting for a lease", "queue", s.cfg.Queue, "err", err)
-		return
+		return true // a release passed on to the next might wake two
+	}
+	if n == 0 {
+		return false
 	}
 	s.disp[s.shards.index(k.queue)].poke()
+	return true
 }
