@@ -63,7 +63,9 @@ type Config struct {
 	// workers could never run. The policy file's Config.CheckJob is one.
 	Check func(job *Job) error
 	// MemoryHeadroom is the share of Redis's maxmemory that Enqueue
-	// leaves free for the workers: with used_memory above the rest,
+	// leaves free for the workers, and at least 2 MiB (half of a smaller
+	// maxmemory), what worker processes starting on a full Redis write
+	// before their first jobs are done: with used_memory above the rest,
 	// Enqueue refuses with a *RedisFullError before Redis refuses
 	// anything, so that the workers' writes (asynq's dequeue among them,
 	// which Redis refuses once it is full) still run and the queue can

@@ -41,6 +41,24 @@ func infoField(t *testing.T, client *redis.Client, section, field string) int64 
 	return 0
 }
 
+// rejectedCommands lists the commands Redis refused or failed (INFO
+// commandstats, Redis 7), for a failure message.
+func rejectedCommands(t *testing.T, client *redis.Client) string {
+	t.Helper()
+	text, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.Contains(line, "rejected_calls=") && !strings.Contains(line, "rejected_calls=0,failed_calls=0") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 // TestRedisFullRefusedThenDrained: a redis-server with maxmemory 8mb and
 // noeviction; four goroutines enqueue 300-byte jobs until refused. Every
 // refusal names Redis's memory (ErrRedisFull, "out of memory"), Redis
@@ -130,8 +148,9 @@ func TestRedisFullRefusedThenDrained(t *testing.T) {
 		st, err := p.Stats(ctx)
 		return err == nil && st.Depth == 0
 	})
+	t.Logf("drained; used_memory_peak %d of maxmemory %d", infoField(t, client, "memory", "used_memory_peak"), maxmemory)
 	if n := infoField(t, client, "errorstats", "errorstat_OOM"); n != 0 {
-		t.Errorf("Redis answered OOM %d times while the workers drained", n)
+		t.Errorf("Redis answered OOM %d times while the workers drained; commands refused: %s", n, rejectedCommands(t, client))
 	}
 	// Drained, the producer takes jobs again (after its next sample).
 	waitFor(t, 5*time.Second, "an enqueue accepted", func() bool {
@@ -273,5 +292,25 @@ func TestEvictingClusterMasterRefused(t *testing.T) {
 	}
 	if _, err := p.Enqueue(ctx, Job{Tenant: "a", Type: "noop"}); !errors.Is(err, ErrRedisEvicts) {
 		t.Fatalf("Enqueue: %v; want ErrRedisEvicts", err)
+	}
+}
+
+// TestHeadroom: the room left to the workers is the share of maxmemory,
+// and at least 2 MiB, or half of a maxmemory below 4 MiB.
+func TestHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		maxmemory int64
+		share     float64
+		want      int64
+	}{
+		{1 << 30, 0.10, 107374182},
+		{100 << 20, 0.10, 10485760},
+		{8 << 20, 0.10, 2 << 20},
+		{3 << 20, 0.10, 3 << 19},
+		{8 << 20, 0.5, 4 << 20},
+	} {
+		if got := headroom(c.maxmemory, c.share); got != c.want {
+			t.Errorf("headroom(%d, %v) = %d; want %d", c.maxmemory, c.share, got, c.want)
+		}
 	}
 }
