@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -17,21 +16,6 @@ import (
 // DefaultMemoryHeadroom is the share of Redis's maxmemory that Enqueue
 // leaves to the workers by default (Config.MemoryHeadroom).
 const DefaultMemoryHeadroom = 0.10
-
-// minMemoryHeadroom is the least room, in bytes, that Enqueue leaves to
-// the workers whatever the share (at most half of a smaller maxmemory):
-// a worker process starting on a full Redis writes about 0.8 MB before
-// its first job is done (asynq's server state, the tasks handed over, its
-// connections), and each further process 0.15 to 0.2 MB, whatever the
-// queue's size; a tenth of a few megabytes is less than that.
-const minMemoryHeadroom = 2 << 20
-
-// headroom is the room, in bytes, that Enqueue leaves free of a Redis
-// whose maxmemory is maxmemory: share of it, and at least
-// minMemoryHeadroom or half of maxmemory, whichever is less.
-func headroom(maxmemory int64, share float64) int64 {
-	return int64(math.Max(float64(maxmemory)*share, float64(min(minMemoryHeadroom, maxmemory/2))))
-}
 
 // memorySampleEvery is how old a sample of Redis's memory may get before
 // Enqueue reads INFO memory again.
@@ -151,7 +135,7 @@ func (p *Producer) sample(ctx context.Context) error {
 		}
 	}
 	if worst >= 0 && p.cfg.MemoryHeadroom >= 0 {
-		head := headroom(g.fullest.Max, p.cfg.MemoryHeadroom)
+		head := redisconn.Headroom(g.fullest.Max, p.cfg.MemoryHeadroom)
 		g.limit = g.fullest.Max - head
 		g.resample = max(head/16, 1)
 	}

@@ -294,23 +294,3 @@ func TestEvictingClusterMasterRefused(t *testing.T) {
 		t.Fatalf("Enqueue: %v; want ErrRedisEvicts", err)
 	}
 }
-
-// TestHeadroom: the room left to the workers is the share of maxmemory,
-// and at least 2 MiB, or half of a maxmemory below 4 MiB.
-func TestHeadroom(t *testing.T) {
-	for _, c := range []struct {
-		maxmemory int64
-		share     float64
-		want      int64
-	}{
-		{1 << 30, 0.10, 107374182},
-		{100 << 20, 0.10, 10485760},
-		{8 << 20, 0.10, 2 << 20},
-		{3 << 20, 0.10, 3 << 19},
-		{8 << 20, 0.5, 4 << 20},
-	} {
-		if got := headroom(c.maxmemory, c.share); got != c.want {
-			t.Errorf("headroom(%d, %v) = %d; want %d", c.maxmemory, c.share, got, c.want)
-		}
-	}
-}

@@ -2,8 +2,14 @@ package redisconn
 
 import (
 	"context"
+	"log/slog"
+	"math"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -114,5 +120,45 @@ func TestReadMemory(t *testing.T) {
 	mems, err = ReadMemory(context.Background(), redistest.Mini(t))
 	if err != nil || len(mems) != 1 || mems[0].Known || mems[0].Evicts() || mems[0].Why == "" {
 		t.Errorf("miniredis: %+v, %v", mems, err)
+	}
+}
+
+// TestHeadroom: the room left to the workers is the share of maxmemory,
+// and at least 2 MiB, or half of a maxmemory below 4 MiB.
+func TestHeadroom(t *testing.T) {
+	for _, c := range []struct {
+		maxmemory int64
+		share     float64
+		want      int64
+	}{
+		{1 << 30, 0.10, 107374182},
+		{100 << 20, 0.10, 10485760},
+		{8 << 20, 0.10, 2 << 20},
+		{3 << 20, 0.10, 3 << 19},
+		{8 << 20, 0.5, 4 << 20},
+	} {
+		if got := Headroom(c.maxmemory, c.share); got != c.want {
+			t.Errorf("Headroom(%d, %v) = %d; want %d", c.maxmemory, c.share, got, c.want)
+		}
+	}
+}
+
+// TestWatchRefuseRatio: sluice_redis_memory_refuse_ratio is where the
+// producers refuse on the master the watch read: a tenth below 1 on a
+// large maxmemory, 2 MiB below it on a small one.
+func TestWatchRefuseRatio(t *testing.T) {
+	for _, c := range []struct {
+		maxmemory string
+		want      float64
+	}{{"1gb", 0.9}, {"8mb", 0.75}} {
+		srv := redistest.Start(t, redistest.Config{Args: []string{"--maxmemory", c.maxmemory, "--maxmemory-policy", "noeviction"}})
+		w, err := NewWatch(srv.Client(t), time.Second, 0.10, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.check(context.Background())
+		if got := testutil.ToFloat64(w.refusing); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("maxmemory %s: refuse ratio %v; want %v", c.maxmemory, got, c.want)
+		}
 	}
 }

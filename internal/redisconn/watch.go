@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ type Watch struct {
 	log    *slog.Logger
 	every  time.Duration
 
+	share    float64 // queue.Config.MemoryHeadroom
 	markers  *Markers
 	evicting bool // last seen, to log a change once (the start's check is the worker's)
 	seen     bool // evicting was read once
@@ -31,7 +33,7 @@ type Watch struct {
 // share of maxmemory left free (queue.Config.MemoryHeadroom), for
 // sluice_redis_memory_refuse_ratio.
 func NewWatch(client redis.UniversalClient, every time.Duration, headroom float64, log *slog.Logger, reg prometheus.Registerer) (*Watch, error) {
-	w := &Watch{client: client, log: log, every: every,
+	w := &Watch{client: client, log: log, every: every, share: headroom,
 		lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_redis_data_lost_total",
 			Help: "Times this worker found Redis without its data: a marker key gone (a restart without persistence, a flush, an eviction) or replaced."}),
 		evicts: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_redis_evicting",
@@ -39,7 +41,7 @@ func NewWatch(client redis.UniversalClient, every time.Duration, headroom float6
 		used: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_redis_memory_used_ratio",
 			Help: "used_memory over maxmemory of the fullest Redis master (0 without a maxmemory)."}),
 		refusing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_redis_memory_refuse_ratio",
-			Help: "The share of maxmemory above which producers refuse jobs as Redis out of memory."}),
+			Help: "The share of maxmemory above which producers refuse jobs as Redis out of memory, on the fullest master (a tenth below 1 by default, at least 2 MiB below it)."}),
 	}
 	w.refusing.Set(1 - headroom)
 	for _, c := range []prometheus.Collector{w.lost, w.evicts, w.used, w.refusing} {
@@ -96,7 +98,7 @@ func (w *Watch) check(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	evicting, ratio := false, 0.0
+	evicting, ratio, refuse := false, 0.0, 0.0
 	for _, m := range mems {
 		if m.Evicts() {
 			evicting = true
@@ -104,13 +106,37 @@ func (w *Watch) check(ctx context.Context) {
 				w.log.Warn("sluice: WARNING: "+m.EvictionProblem()+"; producers refuse jobs unless allowed: set maxmemory-policy noeviction", "redis", m.Addr)
 			}
 		}
-		if m.Known && m.Max > 0 {
-			ratio = max(ratio, float64(m.Used)/float64(m.Max))
+		if !m.Known || m.Max <= 0 {
+			continue
+		}
+		// The fullest master by its share of its own maxmemory, as the
+		// producers judge it.
+		if r := float64(m.Used) / float64(m.Max); r >= ratio {
+			ratio = r
+			refuse = 1 - float64(Headroom(m.Max, w.share))/float64(m.Max)
 		}
 	}
 	w.evicting, w.seen = evicting, true
 	w.evicts.Set(map[bool]float64{false: 0, true: 1}[evicting])
 	w.used.Set(ratio)
+	if refuse > 0 && w.share >= 0 {
+		w.refusing.Set(refuse)
+	}
+}
+
+// MinHeadroom is the least room, in bytes, that producers leave free of
+// a Redis's maxmemory for the workers whatever the share (at most half of
+// a smaller maxmemory): a worker process starting on a full Redis writes
+// about 0.8 MB before its first jobs are done (asynq's server state, the
+// tasks handed over, its connections), and each further process 0.15 to
+// 0.2 MB, whatever the queue's size; a tenth of a few megabytes is less.
+const MinHeadroom = 2 << 20
+
+// Headroom is the room, in bytes, that producers leave free of a Redis
+// whose maxmemory is maxmemory (queue.Config.MemoryHeadroom): share of it,
+// and at least MinHeadroom or half of maxmemory, whichever is less.
+func Headroom(maxmemory int64, share float64) int64 {
+	return int64(math.Max(float64(maxmemory)*share, float64(min(MinHeadroom, maxmemory/2))))
 }
 
 // RegisterWatchMetrics registers a Watch's metrics (sluice_redis_*) with
