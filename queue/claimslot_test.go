@@ -76,25 +76,7 @@ func (c *claimTest) ran(tenant string) int {
 // reservations returns sluice_throttle_reservations_total{result} of "api".
 func (c *claimTest) reservations(t *testing.T, result string) float64 {
 	t.Helper()
-	mfs, err := c.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_throttle_reservations_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["throttle"] == "api" && labels["result"] == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return counterValue(t, c.reg, "sluice_throttle_reservations_total", "throttle", "api", "result", result)
 }
 
 // TestClaimBooksTenantSlots: on a per-tenant downstream of one rate, the

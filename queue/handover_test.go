@@ -306,17 +306,40 @@ func TestStartHandsFirstBatchOver(t *testing.T) {
 	})
 }
 
-// counterValue returns the value of the counter name in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// counterValue returns the value of the counter name in reg: its one
+// series, or, given label pairs ("result", "claimed", ...), the series
+// with those labels (0 when none has been counted yet).
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+		if mf.GetName() != name {
+			continue
+		}
+		if len(labels) == 0 && len(mf.GetMetric()) == 1 {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
+	series:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			if len(labels) > 0 {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	if len(labels) > 0 {
+		return 0
 	}
 	t.Fatalf("no counter %s", name)
 	return 0
