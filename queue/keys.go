@@ -107,16 +107,12 @@ func newShards(prefix, queue string, n int) shards {
 // whatever the queue's name, rather than as the names happen to hash.
 func shardName(queue string, i, n int) string {
 	name := queue + ":" + strconv.Itoa(i)
-	lo, hi := i*keyspace.Slots/n, (i+1)*keyspace.Slots/n
-	for salt := 0; ; salt++ {
-		try := name
-		if salt > 0 {
-			try = name + "-" + strconv.Itoa(salt)
+	return keyspace.FirstInSlots(i*keyspace.Slots/n, (i+1)*keyspace.Slots/n, func(salt int) string {
+		if salt == 0 {
+			return name
 		}
-		if slot := keyspace.Slot(try); slot >= lo && slot < hi {
-			return try
-		}
-	}
+		return name + "-" + strconv.Itoa(salt)
+	})
 }
 
 // of returns the keys of the shard that holds the tenant encoded as enc:

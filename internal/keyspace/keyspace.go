@@ -101,3 +101,15 @@ func Slot(tag string) int {
 	}
 	return int(crc) % Slots
 }
+
+// FirstInSlots returns name(n) for the smallest n >= 0 whose slot (Slot)
+// is in [lo, hi): a name placed in a given share of a cluster's slots. The
+// range must hold at least one slot.
+func FirstInSlots(lo, hi int, name func(n int) string) string {
+	for n := 0; ; n++ {
+		try := name(n)
+		if slot := Slot(try); slot >= lo && slot < hi {
+			return try
+		}
+	}
+}

@@ -147,10 +147,5 @@ func (m *Markers) Check(ctx context.Context) ([]Loss, error) {
 
 // tagInSlots returns a short hash tag whose slot is in [start, end].
 func tagInSlots(start, end int) string {
-	for n := 0; ; n++ {
-		tag := strconv.Itoa(n)
-		if s := keyspace.Slot(tag); s >= start && s <= end {
-			return tag
-		}
-	}
+	return keyspace.FirstInSlots(start, end+1, strconv.Itoa)
 }
