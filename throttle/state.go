@@ -28,8 +28,9 @@ type State struct {
 	// could start now: the next free slot, counting a pause and the
 	// buckets of Limit.Also.
 	Next time.Duration
-	// PausedUntil is when the key's pause ends, on the Now clock; the
-	// zero Time when it is not paused.
+	// PausedUntil is when the key's pause ends, as Redis stored it (so
+	// every read gives the same instant); the zero Time when it is not
+	// paused.
 	PausedUntil time.Time
 	// Leases counts the concurrency leases of the key held now (Acquire),
 	// including those of workers that died, until they run out.
@@ -75,7 +76,7 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 		return State{}, fmt.Errorf("sluice: throttle state: %w", err)
 	}
 	v, err := peek.Int64Slice()
-	if err != nil || len(v) < 9 {
+	if err != nil || len(v) < 10 {
 		return State{}, fmt.Errorf("sluice: throttle state: unexpected reply %v (%v)", v, err)
 	}
 	now := tm.Val().UnixMicro()
@@ -85,8 +86,8 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	st := State{Now: time.UnixMicro(now), Share: float64(v[7]) / shareFull, Ceiling: float64(v[8]) / (100 * shareFull),
 		Next: time.Duration(v[2]) * time.Microsecond}
 	st.PerSecond = c.perSecond(st.Share)
-	if v[3] > 0 { // paused for, from the script's clock
-		st.PausedUntil = time.UnixMicro(now + v[3])
+	if v[3] > 0 { // paused for, from the script's clock: its now is the slot less the delay
+		st.PausedUntil = time.UnixMicro(v[9] - v[1] + v[3])
 	}
 	for _, z := range leases.Val() {
 		if int64(z.Score) > now {

@@ -107,3 +107,35 @@ func TestStateAgreesWithTheScripts(t *testing.T) {
 		}
 	})
 }
+
+// TestStatePauseEndIsStable: on the server's clock, every read of a
+// paused key gives the same end, to the microsecond, however far apart
+// the reads are: the end is the one Redis stored, not a remaining time
+// added to a clock read a moment later. A page that shows it and a test
+// that reads it again agree to the millisecond shown.
+func TestStatePauseEndIsStable(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		th := newThrottle(t, client, nil, nil)
+		ctx := context.Background()
+		lim := Limit{Name: "api", Rate: 100}
+		if _, err := th.Backoff(ctx, "api", lim, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		var first time.Time
+		for i := range 20 {
+			st, err := th.State(ctx, "api", lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Paused() <= 0 || st.PausedUntil.Before(st.Now) {
+				t.Fatalf("read %d: not paused: %+v", i, st)
+			}
+			if i == 0 {
+				first = st.PausedUntil
+			} else if !st.PausedUntil.Equal(first) {
+				t.Fatalf("read %d: the pause ends at %v, the first read said %v", i, st.PausedUntil, first)
+			}
+			time.Sleep(137 * time.Microsecond) // reads at different µs of the clock
+		}
+	})
+}
