@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"regexp"
@@ -52,10 +53,14 @@ func SharedCluster(tb testing.TB) *redis.ClusterClient {
 // Main runs the tests, kills the shared servers that were started and
 // deletes their data, and exits with m.Run's code; when every test passed,
 // it also fails the run if goroutines the tests started are still running
-// a few seconds later (go.uber.org/goleak). Use it as TestMain:
+// a few seconds later (go.uber.org/goleak). go-redis's own log lines are
+// dropped: a test that takes its Redis down on purpose would print one
+// "failed to dial" line for each attempt, and the command's error says
+// the same once. Use it as TestMain:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
+	redis.SetLogger(quietDriver{})
 	code := m.Run()
 	if s := shared.server; s != nil {
 		_ = s.Kill()
@@ -114,3 +119,8 @@ func Mini(tb testing.TB) *redis.Client {
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
+
+// quietDriver is a go-redis logger that drops every line.
+type quietDriver struct{}
+
+func (quietDriver) Printf(context.Context, string, ...any) {}
