@@ -31,8 +31,10 @@ func (t *Throttle) BucketKey(key string) (string, error) { return t.rateKey(key)
 // booking, under lim. The caller, which received it after the booking,
 // sleeps its Delay from now (Await) and calls: never before the slot. It
 // reports false when the slot must not be used: a pause this process has
-// heard of ends after it, or the slot is older, on this host's clock,
-// than a late slot may be (Await); the caller then books again (Wait). A
+// heard of ends after it, or the slot is older than a late slot may be
+// (Await), on Redis's clock as this host estimates it (the host's clock
+// and the offset that Redis's TIME showed, asked again in the background
+// every 30 s); the caller then books again (Wait). A
 // claimed reservation is settled as any other (Settle), with the key's
 // interval at the whole rate, and is never given back (Cancel reports
 // false).
@@ -47,10 +49,9 @@ func (t *Throttle) Claimed(key string, lim Limit, n, slot, delay int64) (Reserva
 	if e, _ := t.pauses.get(key); e.voids(r, now.Add(r.Delay), now) {
 		return Reservation{}, false
 	}
-	// The slot is on the server's clock, the check on the host's: hosts
-	// whose clocks run apart by more than the slack use late slots, or
-	// book again, accordingly.
-	if now.Sub(time.UnixMicro(slot)) > r.maxLate() {
+	// The slot is on the server's clock, and so is the check: the host's
+	// clock corrected by the offset a TIME round trip measured.
+	if t.serverNow().Sub(time.UnixMicro(slot)) > r.maxLate() {
 		t.metrics.reservations.WithLabelValues(c.name, "late").Inc()
 		return Reservation{}, false
 	}

@@ -284,6 +284,7 @@ type Throttle struct {
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
+	srvClock   serverClock      // Redis's clock, as estimated on this host (Claimed)
 	stop       func()
 	wg         sync.WaitGroup
 }
@@ -322,6 +323,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 
 // Close stops listening for pauses. It does not close the Redis client.
 func (t *Throttle) Close() error {
+	t.closeServerClock()
 	t.stop()
 	t.wg.Wait()
 	return nil

@@ -1,0 +1,84 @@
+package throttle
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// clockResample is how old the estimate of Redis's clock may grow before
+// the next use asks Redis's TIME again; clockSampleTimeout bounds that
+// round trip, and a reply slower than clockSampleRTT is not used (it
+// says too little about when Redis read its clock).
+const (
+	clockResample      = 30 * time.Second
+	clockSampleTimeout = 2 * time.Second
+	clockSampleRTT     = 50 * time.Millisecond
+)
+
+// serverClock estimates the Redis server's clock on this host: the host's
+// clock plus the offset measured by the latest usable TIME round trip
+// (Redis's reply less the round trip's midpoint, off by at most half the
+// round trip). Reading it never waits on Redis: a stale estimate is used
+// while a goroutine takes the next sample. In a cluster the masters'
+// clocks are taken to agree.
+type serverClock struct {
+	mu      sync.Mutex
+	offset  time.Duration // Redis's clock less the host's
+	asked   time.Time     // the host's time of the last attempt; zero: none
+	pending bool          // a sample is being taken
+	closed  bool          // the Throttle is closed: start no sample
+}
+
+// serverNow returns the estimate of the Redis server's clock now, and
+// starts a sample in the background when the estimate is older than
+// clockResample. Before the first sample it is the host's clock. On an
+// injected clock (tests) it is that clock.
+func (t *Throttle) serverNow() time.Time {
+	if t.clock != nil {
+		return t.clock()
+	}
+	host := t.hostNow()
+	sc := &t.srvClock
+	sc.mu.Lock()
+	off := sc.offset
+	if !sc.pending && !sc.closed && (sc.asked.IsZero() || host.Sub(sc.asked) > clockResample) {
+		sc.pending, sc.asked = true, host
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), clockSampleTimeout)
+			defer cancel()
+			t.sampleServerClock(ctx)
+		}()
+	}
+	sc.mu.Unlock()
+	return host.Add(off)
+}
+
+// sampleServerClock asks Redis's TIME once and, when the reply came back
+// within clockSampleRTT, keeps the offset it shows. It reports whether it
+// kept one.
+func (t *Throttle) sampleServerClock(ctx context.Context) bool {
+	sent := t.hostNow()
+	srv, err := t.client.Time(ctx).Result()
+	got := t.hostNow()
+	sc := &t.srvClock
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.pending = false
+	rtt := got.Sub(sent)
+	if err != nil || rtt < 0 || rtt > clockSampleRTT {
+		return false
+	}
+	sc.offset = srv.Sub(sent.Add(rtt / 2))
+	return true
+}
+
+// closeServerClock stops serverNow from starting samples; Close then
+// waits for one under way.
+func (t *Throttle) closeServerClock() {
+	t.srvClock.mu.Lock()
+	t.srvClock.closed = true
+	t.srvClock.mu.Unlock()
+}
