@@ -7,9 +7,10 @@ import (
 )
 
 // clockResample is how old the estimate of Redis's clock may grow before
-// the next use asks Redis's TIME again; clockSampleTimeout bounds that
-// round trip, and a reply slower than clockSampleRTT is not used (it
-// says too little about when Redis read its clock).
+// the next use asks Redis's TIME again; clockSampleTimeout is that round
+// trip's context (go-redis holds the dial to it; a reply is waited for
+// the client's ReadTimeout); a reply slower than clockSampleRTT is not
+// used (it says too little about when Redis read its clock).
 const (
 	clockResample      = 30 * time.Second
 	clockSampleTimeout = 2 * time.Second
@@ -76,7 +77,8 @@ func (t *Throttle) sampleServerClock(ctx context.Context) bool {
 }
 
 // closeServerClock stops serverNow from starting samples; Close then
-// waits for one under way.
+// waits for one under way (on a Redis that hangs, for the client's
+// ReadTimeout at most).
 func (t *Throttle) closeServerClock() {
 	t.srvClock.mu.Lock()
 	t.srvClock.closed = true
