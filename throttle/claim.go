@@ -33,11 +33,11 @@ func (t *Throttle) BucketKey(key string) (string, error) { return t.rateKey(key)
 // reports false when the slot must not be used: a pause this process has
 // heard of ends after it, or the slot is older than a late slot may be
 // (Await), on Redis's clock as this host estimates it (the host's clock
-// and the offset that Redis's TIME showed, asked again in the background
-// every 30 s); the caller then books again (Wait). A
-// claimed reservation is settled as any other (Settle), with the key's
-// interval at the whole rate, and is never given back (Cancel reports
-// false).
+// and the offset that Redis's TIME showed, the quickest of three round
+// trips, asked again in the background every 30 s); the caller then
+// books again (Wait). A claimed reservation is settled as any other
+// (Settle), with the key's interval at the whole rate, and is never given
+// back (Cancel reports false).
 func (t *Throttle) Claimed(key string, lim Limit, n, slot, delay int64) (Reservation, bool) {
 	c, err := lim.compile()
 	if err != nil {

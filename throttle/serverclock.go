@@ -10,11 +10,13 @@ import (
 // the next use asks Redis's TIME again; clockSampleTimeout is that round
 // trip's context (go-redis holds the dial to it; a reply is waited for
 // the client's ReadTimeout); a reply slower than clockSampleRTT is not
-// used (it says too little about when Redis read its clock).
+// used (it says too little about when Redis read its clock); of
+// clockSampleTries round trips, the quickest is kept.
 const (
 	clockResample      = 30 * time.Second
 	clockSampleTimeout = 2 * time.Second
 	clockSampleRTT     = 50 * time.Millisecond
+	clockSampleTries   = 3
 )
 
 // serverClock estimates the Redis server's clock on this host: the host's
@@ -57,22 +59,32 @@ func (t *Throttle) serverNow() time.Time {
 	return host.Add(off)
 }
 
-// sampleServerClock asks Redis's TIME once and, when the reply came back
-// within clockSampleRTT, keeps the offset it shows. It reports whether it
-// kept one.
+// sampleServerClock asks Redis's TIME clockSampleTries times, one after
+// another, and keeps the offset shown by the quickest reply, when it came
+// back within clockSampleRTT: the offset is off by at most half that
+// reply's round trip, so a round trip slowed by a busy host or network
+// spoils nothing. It reports whether it kept one.
 func (t *Throttle) sampleServerClock(ctx context.Context) bool {
-	sent := t.hostNow()
-	srv, err := t.client.Time(ctx).Result()
-	got := t.hostNow()
+	best, off := clockSampleRTT+1, time.Duration(0)
+	for range clockSampleTries {
+		sent := t.hostNow()
+		srv, err := t.client.Time(ctx).Result()
+		got := t.hostNow()
+		if err != nil {
+			break
+		}
+		if rtt := got.Sub(sent); rtt >= 0 && rtt < best {
+			best, off = rtt, srv.Sub(sent.Add(rtt/2))
+		}
+	}
 	sc := &t.srvClock
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.pending = false
-	rtt := got.Sub(sent)
-	if err != nil || rtt < 0 || rtt > clockSampleRTT {
+	if best > clockSampleRTT {
 		return false
 	}
-	sc.offset = srv.Sub(sent.Add(rtt / 2))
+	sc.offset = off
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 )
@@ -47,4 +48,33 @@ func TestClaimedLateOnServerClock(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestClockSampleKeepsQuickestReply: of a sample's round trips, the one
+// that came back quickest sets the offset, since it says most closely
+// when Redis read its clock; round trips all slower than clockSampleRTT
+// keep the estimate as it was. Redis's clock is fixed (miniredis) and the
+// host's stepped, so each round trip's length and midpoint are exact.
+func TestClockSampleKeepsQuickestReply(t *testing.T) {
+	m := miniredis.RunT(t)
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	m.SetTime(at)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	th := newThrottle(t, client, nil, nil)
+	steps := func(ds ...time.Duration) {
+		i := 0
+		th.hostNow = func() time.Time { i++; return at.Add(ds[i-1]) }
+	}
+	ctx := context.Background()
+	// Round trips of 40 ms (midpoint 10 ms early: offset +10 ms), 2 ms
+	// (midpoint on time: 0) and 44 ms (midpoint 2 ms late: -2 ms).
+	steps(-30*ms, 10*ms, -1*ms, 1*ms, -20*ms, 24*ms)
+	if !th.sampleServerClock(ctx) || th.srvClock.offset != 0 {
+		t.Fatalf("offset %v, want 0 (the 2 ms round trip's)", th.srvClock.offset)
+	}
+	steps(-100*ms, 0, -60*ms, 0, 0, 70*ms)
+	if th.sampleServerClock(ctx) || th.srvClock.offset != 0 {
+		t.Fatalf("round trips of 100, 60 and 70 ms: kept, offset %v; want the old 0 kept", th.srvClock.offset)
+	}
 }
