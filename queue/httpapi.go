@@ -35,10 +35,12 @@ type EnqueueRequest struct {
 
 // EnqueueResponse is the JSON body of every answer of the endpoint.
 type EnqueueResponse struct {
-	ID         string  `json:"id,omitempty"`
-	Depth      int64   `json:"depth,omitempty"`
-	Error      string  `json:"error,omitempty"`
-	Reason     string  `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable
+	ID     string `json:"id,omitempty"`
+	Depth  int64  `json:"depth,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Reason string `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable
+	// RetryAfter is how long to wait before trying again, in seconds to
+	// the millisecond (rounded up); Retry-After gives it in whole seconds.
 	RetryAfter float64 `json:"retry_after,omitempty"`
 }
 
@@ -118,7 +120,7 @@ func httpHandler(p *Producer, b *byteBudget) http.Handler {
 		case errors.As(err, &rl):
 			rateLimitHeaders(w.Header(), rl.Policy, rl.Decision)
 			w.Header().Set("Retry-After", seconds(rl.Decision.RetryAfter))
-			reply(w, http.StatusTooManyRequests, EnqueueResponse{Error: err.Error(), Reason: "rate_limited", RetryAfter: rl.Decision.RetryAfter.Seconds()})
+			reply(w, http.StatusTooManyRequests, EnqueueResponse{Error: err.Error(), Reason: "rate_limited", RetryAfter: milliseconds(rl.Decision.RetryAfter)})
 		case errors.As(err, &qf):
 			reason := "queue_full"
 			if qf.Tenant != "" {
@@ -225,6 +227,13 @@ func reply(w http.ResponseWriter, code int, body EnqueueResponse) {
 // that long is never early.
 func seconds(d time.Duration) string {
 	return strconv.FormatInt(int64(math.Ceil(d.Seconds())), 10)
+}
+
+// milliseconds gives d in seconds, rounded up to the millisecond: 2.971
+// for 2.970137s, which JSON writes as such rather than as the float
+// nearest d.Seconds() (2.9701370000000002).
+func milliseconds(d time.Duration) float64 {
+	return float64((d+time.Millisecond-1)/time.Millisecond) / 1000
 }
 
 // rateLimitHeaders sets the IETF RateLimit-Policy and RateLimit fields and

@@ -87,6 +87,9 @@ func TestHTTPEndpoint(t *testing.T) {
 				t.Errorf("step %d: %s = %q, want %q", i, k, got, v)
 			}
 		}
+		if s.reason == "rate_limited" && r.RetryAfter != 60 {
+			t.Errorf("step %d: retry_after %v, want 60", i, r.RetryAfter)
+		}
 	}
 	resp, err := http.Get(srv.URL)
 	if err != nil {
@@ -231,5 +234,24 @@ func TestHTTPBodyBudget(t *testing.T) {
 	c := request(len(small), small)
 	if resp, r := answer(c); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("after the slow requests: %d %+v, want 202", resp.StatusCode, r)
+	}
+}
+
+// TestRetryAfterToTheMillisecond: the body's retry_after is the wait
+// rounded up to the millisecond, and JSON writes it as such.
+func TestRetryAfterToTheMillisecond(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{2970137 * time.Microsecond, `{"retry_after":2.971}`},
+		{3 * time.Second, `{"retry_after":3}`},
+		{time.Microsecond, `{"retry_after":0.001}`},
+		{59999 * time.Millisecond, `{"retry_after":59.999}`},
+	} {
+		b, err := json.Marshal(EnqueueResponse{RetryAfter: milliseconds(c.d)})
+		if err != nil || string(b) != c.want {
+			t.Errorf("%v: %s (%v), want %s", c.d, b, err, c.want)
+		}
 	}
 }
