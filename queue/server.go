@@ -470,8 +470,7 @@ func (s *Server) leaseBusy(ctx context.Context, t *asynq.Task, job *Job, key str
 	if err := s.putBack(ctx, t, job, s.leaseRecheck, fmt.Sprintf("lease: every concurrency slot of downstream %s is held", job.Downstream), "", true); err != nil {
 		return err
 	}
-	_, enc, _, _ := s.shards.tenant(job.Tenant)
-	s.leaseWaits.add(s, key, enc, asked)
+	s.leaseWaits.add(s, key, job.tenantEnc, asked) // process placed the job
 	return nil
 }
 

@@ -51,7 +51,7 @@ func (t *Throttle) Claimed(key string, lim Limit, n, slot, delay int64) (Reserva
 	}
 	// The slot is on the server's clock, and so is the check: the host's
 	// clock corrected by the offset a TIME round trip measured.
-	if t.serverNow().Sub(time.UnixMicro(slot)) > r.maxLate() {
+	if t.serverNow(now).Sub(time.UnixMicro(slot)) > r.maxLate() {
 		t.metrics.reservations.WithLabelValues(c.name, "late").Inc()
 		return Reservation{}, false
 	}

@@ -33,15 +33,14 @@ type serverClock struct {
 	closed  bool          // the Throttle is closed: start no sample
 }
 
-// serverNow returns the estimate of the Redis server's clock now, and
-// starts a sample in the background when the estimate is older than
-// clockResample. Before the first sample it is the host's clock. On an
-// injected clock (tests) it is that clock.
-func (t *Throttle) serverNow() time.Time {
+// serverNow returns the estimate of the Redis server's clock at host, a
+// reading of the host's clock just taken, and starts a sample in the
+// background when the estimate is older than clockResample. Before the
+// first sample it is host. On an injected clock (tests) it is that clock.
+func (t *Throttle) serverNow(host time.Time) time.Time {
 	if t.clock != nil {
 		return t.clock()
 	}
-	host := t.hostNow()
 	sc := &t.srvClock
 	sc.mu.Lock()
 	off := sc.offset
