@@ -13,7 +13,7 @@ type Metrics struct {
 	handed, starts                  prometheus.Counter
 	waitStart                       *prometheus.HistogramVec
 	putBack, sleeps, putBackSeconds *prometheus.CounterVec
-	refusedOut                      *prometheus.CounterVec
+	refusedOut, shareWaits          *prometheus.CounterVec
 	backlog                         *prometheus.GaugeVec
 }
 
@@ -40,8 +40,10 @@ func NewMetrics(reg prometheus.Registerer, queue string) (*Metrics, error) {
 			Help: "Tenants skipped before dequeue because their throttle had no slot soon.", ConstLabels: l}, []string{"downstream"}),
 		refusedOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_refused_archived_total",
 			Help: "Jobs archived because their downstream refused them max_refusals times (429 or 503).", ConstLabels: l}, []string{"downstream"}),
+		shareWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_share_waits_total",
+			Help: "Jobs put back in the waiting room because their throttle key held its share of the worker's goroutines.", ConstLabels: l}, []string{"downstream"}),
 	}
-	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut); err != nil {
+	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut, m.shareWaits); err != nil {
 		return nil, err
 	}
 	return m, nil

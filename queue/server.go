@@ -64,6 +64,14 @@ type ServerConfig struct {
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
+	// KeyShare is the most of Concurrency's goroutines one throttle key
+	// (a downstream, or a downstream/tenant of a per-tenant downstream)
+	// holds while other keys are active; beyond it a key takes only
+	// goroutines that leave KeyShare free, and its jobs wait in the
+	// waiting room, not in a goroutine (docs/queue.md, A key's share).
+	// Default DefaultKeyShare(Concurrency); Concurrency or more for no
+	// share.
+	KeyShare int
 	// Prefetch is how many tasks asynq's pending list may hold, fleet-wide,
 	// before the dispatcher hands more jobs over; default 3 × Concurrency.
 	// Keep it at least the fleet's total concurrency.
@@ -120,6 +128,7 @@ type Server struct {
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
+	shares       *shares
 	books        claimBooks
 }
 
@@ -156,6 +165,10 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
 	}
 	cfg.Prefetch = cmp.Or(cfg.Prefetch, 3*cfg.Concurrency)
+	cfg.KeyShare = cmp.Or(cfg.KeyShare, DefaultKeyShare(cfg.Concurrency))
+	if cfg.KeyShare < 0 {
+		return nil, fmt.Errorf("sluice: KeyShare must be positive, got %d", cfg.KeyShare)
+	}
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
 	if cfg.Retention < 0 {
@@ -163,6 +176,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
+		shares:    newShares(cfg.KeyShare, cfg.Concurrency, time.Second),
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
 	if cfg.Throttle != nil && cfg.Downstreams != nil {
@@ -319,6 +333,10 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		s.release(ctx, job)
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
+	if over, err := s.overShare(ctx, t, job, key, d.Limit.Name); over {
+		return err
+	}
+	defer s.shareDone(key)
 	if ok {
 		s.books.note(d, job.Downstream)
 		// The first run of a hand-over whose slot the claim booked uses

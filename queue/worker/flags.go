@@ -41,6 +41,7 @@ func NewFlags(fs *flag.FlagSet, getenv func(string) string) *Flags {
 	fs.StringVar(&c.Listen, "listen", cmp.Or(getenv("SLUICE_LISTEN"), defaultListen), "address of the sluice page (/), /metrics, /healthz and POST /enqueue; loopback unless you mean it (env SLUICE_LISTEN)")
 	fs.StringVar(&f.allowedHosts, "allowed-hosts", getenv("SLUICE_ALLOWED_HOSTS"), "comma-separated Host names the HTTP endpoints answer to besides the listen address (and localhost, 127.0.0.1, [::1] on a loopback or all-addresses listener): name for any port, name:port for one (env SLUICE_ALLOWED_HOSTS)")
 	fs.IntVar(&c.Concurrency, "concurrency", defaultConcurrency, "jobs this process runs at once")
+	fs.IntVar(&c.KeyShare, "key-share", 0, "the most goroutines one downstream (or downstream/tenant) holds while others have work; 0: a quarter of -concurrency")
 	fs.Float64Var(&c.Fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long SIGTERM lets running jobs finish")
 	fs.BoolVar(&f.readOnly, "monitor-read-only", true, "serve asynqmon's UI at /monitoring/ read-only (false lets it delete and retry tasks)")

@@ -95,6 +95,10 @@ type Config struct {
 	// Concurrency is how many jobs this process runs at once; default
 	// 10.
 	Concurrency int
+	// KeyShare is the most of Concurrency one throttle key holds while
+	// other keys are active (queue.ServerConfig.KeyShare); default
+	// queue.DefaultKeyShare(Concurrency), a quarter.
+	KeyShare int
 	// Fallback, between 0 and 1, is the share of each downstream's rate
 	// this process may use on its own while Redis is unreachable
 	// (throttle.Options.Fallback); default 0: fail closed.
@@ -195,6 +199,8 @@ func New(cfg *Config) (*Worker, error) {
 		return bad("RedisURL %q and RedisCluster: choose one", EmbeddedRedis)
 	case c.Concurrency < 0:
 		return bad("Concurrency must be at least 1, got %d", c.Concurrency)
+	case c.KeyShare < 0:
+		return bad("KeyShare must not be negative, got %d", c.KeyShare)
 	case c.Fallback < 0 || c.Fallback > 1:
 		return bad("Fallback must be between 0 and 1, got %v", c.Fallback)
 	case c.ShutdownTimeout < 0:
@@ -335,6 +341,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	w.server, err = queue.NewServer(client, &queue.ServerConfig{
 		Config:      qc,
 		Concurrency: o.Concurrency,
+		KeyShare:    o.KeyShare,
 		Prefetch:    cfg.Queue.Prefetch,
 		Throttle:    w.th,
 		Downstreams: func(name string) (queue.Downstream, bool) {

@@ -1,0 +1,167 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestSharesGate steps the gate of a process of 8 goroutines, share 2,
+// through a slow key "s" and a second key "f".
+func TestSharesGate(t *testing.T) {
+	g := newShares(DefaultKeyShare(8), 8, time.Second)
+	if g.share != 2 {
+		t.Fatalf("DefaultKeyShare(8) = %d, want 2", g.share)
+	}
+	t0 := time.Unix(1000, 0)
+	later := t0.Add(2 * shareActive)
+	steps := []struct {
+		what string
+		key  string
+		at   time.Time
+		exit bool
+		want bool
+	}{
+		{"s alone: its share", "s", t0, false, true},
+		{"s alone", "s", t0, false, true},
+		{"s alone: beyond its share", "s", t0, false, true},
+		{"s alone", "s", t0, false, true},
+		{"s alone", "s", t0, false, true},
+		{"s alone", "s", t0, false, true},
+		{"s alone: all but one", "s", t0, false, true},
+		{"s alone: not the last goroutine", "s", t0, false, false},
+		{"f finds the last goroutine", "f", t0, false, true},
+		{"f leaves", "f", t0, true, false},
+		{"s, f active a moment ago: share free", "s", t0, false, false},
+		{"s leaves", "s", t0, true, false},
+		{"s leaves", "s", t0, true, false},
+		{"s, 5 running, f a moment ago: leaves 2 free", "s", t0, false, true},
+		{"s: 6 running, would leave 1", "s", t0, false, false},
+		{"s, f idle since: one free is enough", "s", later, false, true},
+		{"f: under its share", "f", later, false, true},
+		{"s: f runs", "s", later, false, false},
+	}
+	for _, st := range steps {
+		if st.exit {
+			g.exit(st.key)
+			continue
+		}
+		if got := g.enter(st.key, st.at); got != st.want {
+			t.Fatalf("%s: enter(%q) = %v, want %v (running %v, all %d)", st.what, st.key, got, st.want, g.running, g.all)
+		}
+	}
+	// A job of no downstream is counted and never refused.
+	if !g.enter("", later) || g.all != 9 {
+		t.Fatalf("a job of no downstream: all = %d, want 9", g.all)
+	}
+}
+
+// TestSharesLine: a tenant put back joins its key's line once, a
+// goroutine freed wakes the first of the key's line (then of any), and a
+// tenant that joined a recheck ago is skipped (it woke by itself).
+func TestSharesLine(t *testing.T) {
+	g := newShares(1, 2, time.Second)
+	t0 := time.Unix(1000, 0)
+	g.enter("s", t0)
+	g.enter("f", t0)
+	for _, w := range []struct{ key, enc string }{{"s", "a"}, {"s", "b"}, {"s", "a"}, {"f", "c"}} {
+		if g.wait(w.key, w.enc, t0) {
+			t.Fatalf("wait(%q, %q) with every goroutine taken said wake now", w.key, w.enc)
+		}
+	}
+	for _, want := range []struct{ key, enc string }{{"s", "a"}, {"s", "b"}, {"s", "c"}} {
+		if enc, ok := g.next(want.key, t0); !ok || enc != want.enc {
+			t.Fatalf("next(%q) = %q, %v; want %q", want.key, enc, ok, want.enc)
+		}
+	}
+	if enc, ok := g.next("s", t0); ok {
+		t.Fatalf("next on empty lines = %q", enc)
+	}
+	g.wait("s", "old", t0)
+	if enc, ok := g.next("s", t0.Add(time.Second)); ok {
+		t.Fatalf("next took %q, who joined a recheck ago", enc)
+	}
+	g.exit("f")
+	g.exit("s")
+	if !g.wait("s", "d", t0) {
+		t.Fatal("wait with a goroutine free for s did not say wake now")
+	}
+}
+
+// TestSlowKeyHoldsItsShare: 8 jobs of downstream "slow" whose handler
+// blocks, then 6 jobs of "fast" on a process of 4 goroutines (share 1):
+// every "fast" job runs while the slow ones block; "slow" never holds
+// more than 3 goroutines; the slow jobs put back run later, each once,
+// with no retry spent.
+func TestSlowKeyHoldsItsShare(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		cfg, p := testProducer(t, client, 1000)
+		ctx := context.Background()
+		for i := range 8 {
+			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprint("s", i), Tenant: fmt.Sprint("s", i%4), Type: "x", Downstream: "slow"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		unblock := make(chan struct{})
+		var slowNow, slowMax, fastDone, retried atomic.Int64
+		var mu sync.Mutex
+		runs := map[string]int{}
+		h := handlerFunc(func(ctx context.Context, job *Job) error {
+			mu.Lock()
+			runs[job.ID]++
+			mu.Unlock()
+			if job.Downstream == "fast" {
+				fastDone.Add(1)
+				return nil
+			}
+			n := slowNow.Add(1)
+			defer slowNow.Add(-1)
+			for {
+				m := slowMax.Load()
+				if n <= m || slowMax.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			if job.retried > 0 {
+				retried.Add(1)
+			}
+			<-unblock
+			return nil
+		})
+		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4}, h)
+		if srv.cfg.KeyShare != 1 {
+			t.Fatalf("KeyShare = %d, want 1 for Concurrency 4", srv.cfg.KeyShare)
+		}
+		waitFor(t, 30*time.Second, "slow jobs in flight", func() bool { return slowNow.Load() >= 1 })
+		for i := range 6 {
+			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprint("f", i), Tenant: fmt.Sprint("f", i), Type: "x", Downstream: "fast"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, 60*time.Second, "6 fast jobs done while the slow ones block", func() bool { return fastDone.Load() == 6 })
+		if m := slowMax.Load(); m > 3 {
+			t.Fatalf("slow held %d of 4 goroutines", m)
+		}
+		close(unblock)
+		waitFor(t, 60*time.Second, "all 14 jobs run", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(runs) == 14
+		})
+		if n := retried.Load(); n > 0 {
+			t.Errorf("%d runs of slow jobs had spent a retry", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for id, n := range runs {
+			if n != 1 {
+				t.Errorf("job %s ran %d times", id, n)
+			}
+		}
+	})
+}
