@@ -10,7 +10,7 @@ import (
 // downstream or by tenant metrics class; tenants are never labels (their
 // number is unbounded). The README lists them.
 type Metrics struct {
-	handed, starts                  prometheus.Counter
+	handed, starts, recovered       prometheus.Counter
 	waitStart                       *prometheus.HistogramVec
 	putBack, sleeps, putBackSeconds *prometheus.CounterVec
 	refusedOut, shareWaits          *prometheus.CounterVec
@@ -40,10 +40,12 @@ func NewMetrics(reg prometheus.Registerer, queue string) (*Metrics, error) {
 			Help: "Tenants skipped before dequeue because their throttle had no slot soon.", ConstLabels: l}, []string{"downstream"}),
 		refusedOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_refused_archived_total",
 			Help: "Jobs archived because their downstream refused them max_refusals times (429 or 503).", ConstLabels: l}, []string{"downstream"}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_queue_recovered_total",
+			Help: "Jobs of a dead worker process that this process put back in the waiting room.", ConstLabels: l}),
 		shareWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_share_waits_total",
 			Help: "Jobs put back in the waiting room because their throttle key held its share of the worker's goroutines.", ConstLabels: l}, []string{"downstream"}),
 	}
-	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut, m.shareWaits); err != nil {
+	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut, m.shareWaits, m.recovered); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -86,6 +86,12 @@ type ServerConfig struct {
 	// learned from its first job this process runs, whose worker books
 	// that job's slot.
 	DownstreamNames []string
+	// DeadAfter is how long a worker process's heartbeat may be silent
+	// before the others take it for dead and put the jobs it was running
+	// back in the waiting room, to run again at once (docs/reliability.md,
+	// A worker killed mid-job); default DefaultDeadAfter. A process that
+	// stalls longer (a GC pause, a host asleep) may see its jobs run twice.
+	DeadAfter time.Duration
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
@@ -129,6 +135,7 @@ type Server struct {
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
 	shares       *shares
+	alive        *inflight
 	books        claimBooks
 }
 
@@ -171,12 +178,16 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, 30*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 50*time.Millisecond)
+	cfg.DeadAfter = cmp.Or(cfg.DeadAfter, DefaultDeadAfter)
+	if cfg.DeadAfter < 0 {
+		return nil, fmt.Errorf("sluice: DeadAfter must not be negative, got %v", cfg.DeadAfter)
+	}
 	if cfg.Retention < 0 {
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
-		shares:    newShares(cfg.KeyShare, cfg.Concurrency, time.Second),
+		shares: newShares(cfg.KeyShare, cfg.Concurrency, time.Second), alive: newInflight(cfg.Prefix, cfg.Queue, cfg.DeadAfter),
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
 	if cfg.Throttle != nil && cfg.Downstreams != nil {
@@ -255,6 +266,7 @@ func (s *Server) Start(h Handler) error {
 		}
 	}
 	s.cancel = cancel
+	s.startAlive()
 	s.wg.Add(1 + len(s.disp))
 	for _, d := range s.disp {
 		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
@@ -279,6 +291,7 @@ func (s *Server) Shutdown() {
 		go func() { defer stopping.Done(); srv.Shutdown() }()
 	}
 	stopping.Wait()
+	s.stopAlive() // after asynq's servers: a job still running is no dead worker's
 	s.leaseWaits.wg.Wait()
 }
 
@@ -315,6 +328,10 @@ func ThrottleKey(job *Job, perTenant bool) string {
 // process runs one asynq task: throttle, start, handler.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	n, _ := asynq.GetRetryCount(ctx)
+	task, _ := asynq.GetTaskID(ctx)
+	if s.recoveredElsewhere(ctx, t, task, n) {
+		return nil
+	}
 	first := n == 0 // the first run of this hand-over
 	if first {
 		s.left(ctx)
@@ -323,6 +340,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
+	defer s.alive.started(task, n, t.Payload())()
 	job.retried += n
 	s.shards.place(job)
 	// The first run of a hand-over holds the job's recorded id until the

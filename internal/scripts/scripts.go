@@ -67,4 +67,8 @@ var (
 	QueueClaim  = script("throttle_book", "queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
+	// A worker's heartbeat and the recovery of a dead one's jobs.
+	QueueAlive     = script("queue_alive")
+	QueueRecover   = script("queue_recover")
+	QueueRecovered = script("queue_recovered")
 )
