@@ -18,6 +18,8 @@ type Metrics struct {
 	rate         *prometheus.GaugeVec
 	slowdowns    *prometheus.CounterVec
 	settled      *prometheus.CounterVec
+	circuitState *prometheus.GaugeVec
+	circuitOpens *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors (docs/throttle.md lists them) and
@@ -58,8 +60,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_throttle_settled_units_total",
 			Help: "Units corrected by Settle once calls reported their real cost, of the Limit's own rate: refund (estimated but not used) or debt (used beyond the estimate).",
 		}, []string{"throttle", "kind"}),
+		circuitState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_circuit_state",
+			Help: "Keys of the downstream whose circuit this process knows open or half_open (a probe out): for a shared downstream 0 or 1.",
+		}, []string{"downstream", "state"}),
+		circuitOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_circuit_opens_total",
+			Help: "Circuits opened by this process after its calls of the key kept failing (connection refused or reset, timeouts, 5xx).",
+		}, []string{"downstream"}),
 	}
-	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.lost, m.rate, m.slowdowns, m.settled); err != nil {
+	if err := promreg.Register(reg, m.reservations, m.wait, m.pauses, m.leased, m.lost, m.rate, m.slowdowns, m.settled, m.circuitState, m.circuitOpens); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -285,6 +285,7 @@ type Throttle struct {
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
 	srvClock   serverClock      // Redis's clock, as estimated on this host (Claimed)
+	circuits   circuits
 	stop       func()
 	wg         sync.WaitGroup
 }

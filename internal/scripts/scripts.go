@@ -44,6 +44,7 @@ var (
 	ThrottlePause   = script("throttle_pause")
 	ThrottleAcquire = script("throttle_acquire")
 	ThrottleRelease = redis.NewScript(src("throttle_release"))
+	ThrottleCircuit = script("throttle_circuit")
 )
 
 // QueueEnqueue returns the enqueue script that admits by algorithm alg (its
