@@ -53,6 +53,9 @@ func keyClass(k string) (class string, permanent bool) {
 		// A tenant's list: exists while it holds jobs, deleted by Redis
 		// when its last job is taken.
 		return "tenant lists", true
+	case strings.HasPrefix(k, room+"run"+tag+":"):
+		// A worker's jobs in flight (inflight.go): gone when the last ends.
+		return "worker heartbeats", false
 	case strings.HasPrefix(k, room) && strings.HasSuffix(k, tag):
 		// meta (the depth counter) stays; the others (cdepth, ring,
 		// members, weights, turns, sleep, ids) hold one entry

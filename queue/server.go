@@ -351,10 +351,11 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		s.release(ctx, job)
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
-	if over, err := s.overShare(ctx, t, job, key, d.Limit.Name); over {
+	shareDone, over, err := s.overShare(ctx, t, job, key, d.Limit.Name)
+	if over {
 		return err
 	}
-	defer s.shareDone(key)
+	defer shareDone()
 	if ok {
 		s.books.note(d, job.Downstream)
 		// The first run of a hand-over whose slot the claim booked uses

@@ -19,26 +19,32 @@ func DefaultKeyShare(concurrency int) int { return max(1, concurrency/4) }
 // goroutine free.
 const shareActive = time.Second
 
+// shareHold is how long a job runs (or waits for its slot) before it
+// counts as holding its goroutine: a key whose calls end sooner never
+// holds its share, and its jobs are never put back for it.
+const shareHold = time.Second
+
 // shares counts, per throttle key (a downstream, or a downstream/tenant
 // of a per-tenant downstream), the goroutines of this process running a
 // job of the key, from the start of Server.process to its end (a wait of
 // up to handOverHorizon for the slot included), and keeps a slow or
 // hanging key from holding those the others need (docs/queue.md, A key's
-// share): a key holds up to share goroutines, and beyond that only
-// goroutines that leave share of them free while another key is active (a
-// job of it runs, or came to this process in the last shareActive), and
-// one free while none is. So a job of another key always finds a
-// goroutine, and one key alone still uses all but one. A job refused a
+// share). A key holds its share when share of its jobs have run for
+// longer than hold; then a job of it starts only on a goroutine that
+// leaves share of them free while another key is active (a job of it
+// runs, or came to this process in the last shareActive), and one free
+// while none is. So a job of another key finds a goroutine, while keys of
+// quick calls, and one key alone, use all of them. A job refused a
 // goroutine goes back to the waiting room; its tenant sleeps for at most
 // recheck and is woken when a goroutine of this process frees, one tenant
 // a goroutine, those of the same key first.
 type shares struct {
 	share, concurrency int
-	recheck            time.Duration
+	recheck, hold      time.Duration
 
 	mu      sync.Mutex
-	running map[string]int // jobs running, by key; no zero entries
-	all     int            // jobs running, any key (and none)
+	running map[string][]time.Time // when each job running began, by key; no empty entries
+	all     int                    // jobs running, any key (and none)
 	// last is the key of the latest job to come; lastAt when it came, and
 	// otherAt when the latest job of any other key came.
 	last            string
@@ -54,13 +60,13 @@ type shareLine struct {
 
 // newShares returns the gate of a process of concurrency goroutines.
 func newShares(share, concurrency int, recheck time.Duration) *shares {
-	return &shares{share: share, concurrency: concurrency, recheck: recheck,
-		running: map[string]int{}, waiting: map[string]*shareLine{}}
+	return &shares{share: share, concurrency: concurrency, recheck: recheck, hold: shareHold,
+		running: map[string][]time.Time{}, waiting: map[string]*shareLine{}}
 }
 
-// enter counts a job of key (none: "") as running and reports true, or
-// reports false when key is at its share and the job must not start now.
-// A job entered leaves with exit.
+// enter counts a job of key (none: "") as running from now and reports
+// true, or reports false when key holds its share and the job must not
+// start now. A job entered leaves with exit(key, now).
 func (g *shares) enter(key string, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -74,16 +80,22 @@ func (g *shares) enter(key string, now time.Time) bool {
 			return false
 		}
 	}
-	g.running[key]++
+	g.running[key] = append(g.running[key], now)
 	g.all++
 	return true
 }
 
-// allows reports whether one more job of key may start: key holds less
-// than its share, or starting leaves share goroutines free while another
+// allows reports whether one more job of key may start: key does not
+// hold its share, or starting leaves share goroutines free while another
 // key is active, one while none is. Callers hold g.mu.
 func (g *shares) allows(key string, now time.Time) bool {
-	if g.running[key] < g.share {
+	held := 0
+	for _, at := range g.running[key] {
+		if now.Sub(at) >= g.hold {
+			held++
+		}
+	}
+	if held < g.share {
 		return true
 	}
 	other := g.otherAt // when a job of another key last came
@@ -91,18 +103,28 @@ func (g *shares) allows(key string, now time.Time) bool {
 		other = g.lastAt
 	}
 	keep := 1
-	if g.all > g.running[key] || now.Sub(other) < shareActive {
+	if g.all > len(g.running[key]) || now.Sub(other) < shareActive {
 		keep = g.share
 	}
 	return g.concurrency-g.all-1 >= keep
 }
 
-// exit counts a job of key as ended.
-func (g *shares) exit(key string) {
+// exit counts the job of key that entered at began as ended.
+func (g *shares) exit(key string, began time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.running[key]--; g.running[key] <= 0 {
+	runs := g.running[key]
+	for i, at := range runs {
+		if at.Equal(began) {
+			runs[i] = runs[len(runs)-1]
+			runs = runs[:len(runs)-1]
+			break
+		}
+	}
+	if len(runs) == 0 {
 		delete(g.running, key)
+	} else {
+		g.running[key] = runs
 	}
 	g.all--
 }
@@ -157,27 +179,27 @@ func (g *shares) wait(key, enc string, now time.Time) bool {
 // overShare reports whether job of key ("" for a job of no downstream)
 // may not start now; then it has put the job back in the waiting room (no
 // retry spent, no goroutine held), and err is putBack's. A job that may
-// start is counted until shareDone.
-func (s *Server) overShare(ctx context.Context, t *asynq.Task, job *Job, key, downstream string) (bool, error) {
-	if s.shares.enter(key, time.Now()) {
-		return false, nil
+// start is counted until it calls done.
+func (s *Server) overShare(ctx context.Context, t *asynq.Task, job *Job, key, downstream string) (done func(), over bool, err error) {
+	began := time.Now()
+	if s.shares.enter(key, began) {
+		return func() { s.shareDone(key, began) }, false, nil
 	}
 	s.metrics.shareWaits.WithLabelValues(downstream).Inc()
 	reason := fmt.Sprintf("share: downstream %s holds its share of this worker's %d goroutines (%d)", job.Downstream, s.cfg.Concurrency, s.shares.share)
 	if err := s.putBack(ctx, t, job, s.shares.recheck, reason, "", true); err != nil {
-		return true, err
+		return nil, true, err
 	}
 	if s.shares.wait(key, job.tenantEnc, time.Now()) {
 		s.wakeTenant(job.tenantEnc)
 	}
-	return true, nil
+	return nil, true, nil
 }
 
-// shareDone counts a job of key that overShare let start as ended, and
-// wakes a tenant put back for its share, if one waits: one of key's
-// first.
-func (s *Server) shareDone(key string) {
-	s.shares.exit(key)
+// shareDone counts the job of key that began then as ended, and wakes a
+// tenant put back for its share, if one waits: one of key's first.
+func (s *Server) shareDone(key string, began time.Time) {
+	s.shares.exit(key, began)
 	if s.runCtx == nil || s.runCtx.Err() != nil {
 		return // shutting down: the tenants wake by themselves
 	}

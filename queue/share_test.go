@@ -12,43 +12,43 @@ import (
 )
 
 // TestSharesGate steps the gate of a process of 8 goroutines, share 2,
-// through a slow key "s" and a second key "f".
+// through a slow key "s" and a second key "f": jobs count as holding
+// their goroutine after a second.
 func TestSharesGate(t *testing.T) {
 	g := newShares(DefaultKeyShare(8), 8, time.Second)
-	if g.share != 2 {
-		t.Fatalf("DefaultKeyShare(8) = %d, want 2", g.share)
+	if g.share != 2 || g.hold != time.Second {
+		t.Fatalf("DefaultKeyShare(8) = %d, hold %v; want 2, 1s", g.share, g.hold)
 	}
 	t0 := time.Unix(1000, 0)
-	later := t0.Add(2 * shareActive)
+	t1, t2 := t0.Add(2*time.Second), t0.Add(4*time.Second)
 	steps := []struct {
 		what string
 		key  string
 		at   time.Time
-		exit bool
+		exit bool // exit the job that entered at at
 		want bool
 	}{
-		{"s alone: its share", "s", t0, false, true},
-		{"s alone", "s", t0, false, true},
-		{"s alone: beyond its share", "s", t0, false, true},
-		{"s alone", "s", t0, false, true},
-		{"s alone", "s", t0, false, true},
-		{"s alone", "s", t0, false, true},
-		{"s alone: all but one", "s", t0, false, true},
-		{"s alone: not the last goroutine", "s", t0, false, false},
-		{"f finds the last goroutine", "f", t0, false, true},
-		{"f leaves", "f", t0, true, false},
-		{"s, f active a moment ago: share free", "s", t0, false, false},
-		{"s leaves", "s", t0, true, false},
-		{"s leaves", "s", t0, true, false},
-		{"s, 5 running, f a moment ago: leaves 2 free", "s", t0, false, true},
-		{"s: 6 running, would leave 1", "s", t0, false, false},
-		{"s, f idle since: one free is enough", "s", later, false, true},
-		{"f: under its share", "f", later, false, true},
-		{"s: f runs", "s", later, false, false},
+		{"s: quick so far", "s", t0, false, true},
+		{"s", "s", t0, false, true},
+		{"s", "s", t0, false, true},
+		{"s holds its share, alone: beyond it", "s", t1, false, true},
+		{"s alone", "s", t1, false, true},
+		{"s alone", "s", t1, false, true},
+		{"s alone: all but one", "s", t1, false, true},
+		{"s alone: not the last goroutine", "s", t1, false, false},
+		{"f finds the last goroutine", "f", t1, false, true},
+		{"f leaves", "f", t1, true, false},
+		{"s, f active a moment ago: share left free", "s", t1, false, false},
+		{"a held job of s leaves", "s", t0, true, false},
+		{"a held job of s leaves", "s", t0, true, false},
+		{"s: one job held, under its share", "s", t1, false, true},
+		{"s, f idle since: one left free", "s", t2, false, true},
+		{"f: under its share", "f", t2, false, true},
+		{"s, f running", "s", t2, false, false},
 	}
 	for _, st := range steps {
 		if st.exit {
-			g.exit(st.key)
+			g.exit(st.key, st.at)
 			continue
 		}
 		if got := g.enter(st.key, st.at); got != st.want {
@@ -56,7 +56,7 @@ func TestSharesGate(t *testing.T) {
 		}
 	}
 	// A job of no downstream is counted and never refused.
-	if !g.enter("", later) || g.all != 9 {
+	if !g.enter("", t2) || g.all != 9 {
 		t.Fatalf("a job of no downstream: all = %d, want 9", g.all)
 	}
 }
@@ -66,6 +66,7 @@ func TestSharesGate(t *testing.T) {
 // tenant that joined a recheck ago is skipped (it woke by itself).
 func TestSharesLine(t *testing.T) {
 	g := newShares(1, 2, time.Second)
+	g.hold = 0
 	t0 := time.Unix(1000, 0)
 	g.enter("s", t0)
 	g.enter("f", t0)
@@ -86,24 +87,25 @@ func TestSharesLine(t *testing.T) {
 	if enc, ok := g.next("s", t0.Add(time.Second)); ok {
 		t.Fatalf("next took %q, who joined a recheck ago", enc)
 	}
-	g.exit("f")
-	g.exit("s")
+	g.exit("f", t0)
+	g.exit("s", t0)
 	if !g.wait("s", "d", t0) {
 		t.Fatal("wait with a goroutine free for s did not say wake now")
 	}
 }
 
-// TestSlowKeyHoldsItsShare: 8 jobs of downstream "slow" whose handler
-// blocks, then 6 jobs of "fast" on a process of 4 goroutines (share 1):
-// every "fast" job runs while the slow ones block; "slow" never holds
-// more than 3 goroutines; the slow jobs put back run later, each once,
-// with no retry spent.
+// TestSlowKeyHoldsItsShare: on a process of 4 goroutines (share 1), a
+// job of downstream "slow" whose handler blocks holds its goroutine;
+// then 7 more of "slow" and 6 of "fast": every "fast" job runs while the
+// slow ones block, "slow" never holds more than 3 goroutines, and the
+// slow jobs put back run later, each once, with no retry spent.
 func TestSlowKeyHoldsItsShare(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg, p := testProducer(t, client, 1000)
 		ctx := context.Background()
-		for i := range 8 {
-			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprint("s", i), Tenant: fmt.Sprint("s", i%4), Type: "x", Downstream: "slow"}); err != nil {
+		enqueue := func(id, tenant, downstream string) {
+			t.Helper()
+			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: tenant, Type: "x", Downstream: downstream}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -115,6 +117,9 @@ func TestSlowKeyHoldsItsShare(t *testing.T) {
 			mu.Lock()
 			runs[job.ID]++
 			mu.Unlock()
+			if job.retried > 0 {
+				retried.Add(1)
+			}
 			if job.Downstream == "fast" {
 				fastDone.Add(1)
 				return nil
@@ -127,21 +132,25 @@ func TestSlowKeyHoldsItsShare(t *testing.T) {
 					break
 				}
 			}
-			if job.retried > 0 {
-				retried.Add(1)
-			}
 			<-unblock
 			return nil
 		})
+		enqueue("s0", "s0", "slow")
 		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4}, h)
 		if srv.cfg.KeyShare != 1 {
 			t.Fatalf("KeyShare = %d, want 1 for Concurrency 4", srv.cfg.KeyShare)
 		}
-		waitFor(t, 30*time.Second, "slow jobs in flight", func() bool { return slowNow.Load() >= 1 })
+		waitFor(t, 30*time.Second, "a slow job holding its goroutine", func() bool {
+			g := srv.shares
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return len(g.running["slow"]) == 1 && time.Since(g.running["slow"][0]) > g.hold
+		})
+		for i := 1; i < 8; i++ {
+			enqueue(fmt.Sprint("s", i), fmt.Sprint("s", i%4), "slow")
+		}
 		for i := range 6 {
-			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprint("f", i), Tenant: fmt.Sprint("f", i), Type: "x", Downstream: "fast"}); err != nil {
-				t.Fatal(err)
-			}
+			enqueue(fmt.Sprint("f", i), fmt.Sprint("f", i), "fast")
 		}
 		waitFor(t, 60*time.Second, "6 fast jobs done while the slow ones block", func() bool { return fastDone.Load() == 6 })
 		if m := slowMax.Load(); m > 3 {
@@ -154,7 +163,7 @@ func TestSlowKeyHoldsItsShare(t *testing.T) {
 			return len(runs) == 14
 		})
 		if n := retried.Load(); n > 0 {
-			t.Errorf("%d runs of slow jobs had spent a retry", n)
+			t.Errorf("%d runs had spent a retry", n)
 		}
 		mu.Lock()
 		defer mu.Unlock()
