@@ -14,6 +14,7 @@ type Metrics struct {
 	waitStart                       *prometheus.HistogramVec
 	putBack, sleeps, putBackSeconds *prometheus.CounterVec
 	refusedOut, shareWaits          *prometheus.CounterVec
+	circuitWaits                    *prometheus.CounterVec
 	backlog                         *prometheus.GaugeVec
 }
 
@@ -42,10 +43,12 @@ func NewMetrics(reg prometheus.Registerer, queue string) (*Metrics, error) {
 			Help: "Jobs archived because their downstream refused them max_refusals times (429 or 503).", ConstLabels: l}, []string{"downstream"}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_queue_recovered_total",
 			Help: "Jobs of a dead worker process that this process put back in the waiting room.", ConstLabels: l}),
+		circuitWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_circuit_waits_total",
+			Help: "Jobs put back in the waiting room because their throttle key's circuit was open.", ConstLabels: l}, []string{"downstream"}),
 		shareWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_queue_share_waits_total",
 			Help: "Jobs put back in the waiting room because their throttle key held its share of the worker's goroutines.", ConstLabels: l}, []string{"downstream"}),
 	}
-	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut, m.shareWaits, m.recovered); err != nil {
+	if err := promreg.Register(reg, m.handed, m.starts, m.waitStart, m.putBack, m.sleeps, m.backlog, m.putBackSeconds, m.refusedOut, m.shareWaits, m.recovered, m.circuitWaits); err != nil {
 		return nil, err
 	}
 	return m, nil

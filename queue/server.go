@@ -48,6 +48,12 @@ type Downstream struct {
 	// CostFrom, when set, is where the built-in HTTP job reads the call's
 	// real cost in the response, to settle its slot (Settle).
 	CostFrom CostFrom
+	// Circuit is the circuit breaker of each of the downstream's throttle
+	// keys (docs/queue.md, A failing downstream's circuit): the zero value
+	// opens after throttle.DefaultCircuitFailures consecutive failures
+	// (DownstreamFailed) for throttle.DefaultCircuitCooldown; Failures
+	// negative for none. Its Name is the Limit's.
+	Circuit throttle.Circuit
 }
 
 // DefaultMaxRefusals is a Downstream's MaxRefusals unless it sets one:
@@ -351,6 +357,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		s.release(ctx, job)
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
+	if open, err := s.circuitOpen(ctx, t, job, key, d, ok); open {
+		return err
+	}
 	shareDone, over, err := s.overShare(ctx, t, job, key, d.Limit.Name)
 	if over {
 		return err
@@ -423,6 +432,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(latest(job.enqueuedAt, job.RunAt)).Seconds())
 	}
 	err = leaseLost(ctx, h.ProcessJob(ctx, job))
+	s.circuitReport(ctx, key, d, ok, err)
 	var re *RescheduleError
 	if errors.As(err, &re) {
 		if re.Refused && s.refusedTooOften(job, d) {

@@ -196,7 +196,8 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// A refusal: the job is archived at the downstream's max_refusals.
 		return queue.Refused(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s", code, hr.URL.Host))
 	case code >= 500:
-		return fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host)
+		// The downstream failed: counted toward its circuit.
+		return queue.Failed(fmt.Errorf("sluice: %s job %s: HTTP %d from %s", Type, job.ID, code, hr.URL.Host))
 	default:
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: HTTP %d from %s: %s", Type, job.ID, code, hr.URL.Host, bytes.TrimSpace(snippet)))
 	}
