@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -265,25 +264,6 @@ func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 	return ThrottleKey(job, d.PerTenant), d, ok
 }
 
-// ThrottleKey returns the throttle key a job's slots are taken from: its
-// downstream's name, or for a per-tenant quota of a job the server runs,
-// "{" + its tenant's shard's asynq queue + "}" + the downstream's name +
-// "/" + the encoded tenant, a key in the hash slot of the tenant's shard,
-// where the claim books its slots (docs/throttle.md, Slots booked by the
-// claim). Handlers that pause the downstream after a 429 pause this key.
-// For a job the server did not run, ask the server (Server.ThrottleKey).
-func ThrottleKey(job *Job, perTenant bool) string {
-	if !perTenant {
-		return job.Downstream
-	}
-	if job.shard != "" {
-		if k := "{" + job.shard + "}" + job.Downstream + "/" + job.tenantEnc; keyspace.Tagged(k) {
-			return k
-		}
-	}
-	return job.Downstream + "/" + job.Tenant
-}
-
 // process runs one asynq task: throttle, start, handler.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	n, _ := asynq.GetRetryCount(ctx)
@@ -310,7 +290,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		var far *throttle.TooFarError
 		if errors.As(err, &far) {
 			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), key, false)
 		}
 		if err != nil {
 			if neverFits(err) {
@@ -366,7 +346,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// The fleet is paused on the key. A job refused again
 			// waits alone (downstream.WithOwnPause), so that one call
 			// that is always refused costs the others one pause.
-			m = mark(job, d)
+			m = key
 		}
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m, false)
 	}
@@ -511,20 +491,9 @@ func horizon(lim throttle.Limit) throttle.Limit {
 	return lim
 }
 
-// mark is the name under which a put-back marks job's throttle key full
-// in the waiting room (queue_claim.lua): the downstream's name for a
-// shared bucket, with "/" and the encoded tenant for a tenant's own.
-func mark(job *Job, d Downstream) string {
-	if !d.PerTenant {
-		return job.Downstream
-	}
-	enc, _ := keyspace.Encode(job.Tenant) // decodeJob refused an empty tenant
-	return job.Downstream + "/" + enc
-}
-
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why. A mark
-// (see mark; "" for none) tells the claims to hand over no job of that
+// (ThrottleKey; "" for none) tells the claims to hand over no job of that
 // throttle key for d, whatever its tenant. A tenant asleep already keeps
 // the later of its two wake times, or with sooner (a put-back for a
 // lease, which a release wakes) the sooner: a release that woke it while
