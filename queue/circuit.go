@@ -91,7 +91,7 @@ func (s *Server) circuitOpen(ctx context.Context, t *asynq.Task, job *Job, key s
 		return false, nil
 	}
 	s.metrics.circuitWaits.WithLabelValues(c.Name).Inc()
-	return true, s.putBack(ctx, t, job, wait, fmt.Sprintf("circuit: downstream %s keeps failing; its circuit is open", job.Downstream), mark(job, d), false)
+	return true, s.putBack(ctx, t, job, wait, fmt.Sprintf("circuit: downstream %s keeps failing; its circuit is open", job.Downstream), key, false)
 }
 
 // circuitReport counts the outcome of job's call toward key's circuit.

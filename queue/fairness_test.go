@@ -185,7 +185,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 
 	// A's quota is exhausted: its key is paused for 30s. Then A queues
 	// 1,000 jobs and B 20.
-	if _, err := th.Pause(ctx, d.ThrottleKey("api", "A", true), lim, 30*time.Second); err != nil {
+	if _, err := th.Pause(ctx, ThrottleKey(&Job{Downstream: "api", Tenant: "A"}, true), lim, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, p, "A", 1000, "api")

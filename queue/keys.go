@@ -188,3 +188,30 @@ func checkShards(ctx context.Context, client redis.UniversalClient, prefix, queu
 	}
 	return nil
 }
+
+// place records the encoded tenant on a job the server runs.
+func (s shards) place(job *Job) {
+	if _, enc, _, err := s.tenant(job.Tenant); err == nil {
+		job.tenantEnc = enc
+	}
+}
+
+// ThrottleKey returns the throttle key a job's slots are taken from: its
+// downstream's name for a shared bucket, or for a per-tenant quota the
+// downstream's name, "/" and the tenant encoded as in key names
+// (package keyspace; acme's key on shopify is "shopify/=acme"). The
+// throttle makes its Redis key names from it, each in a hash slot of
+// its own. It is the queue's one name of a key: the marks of keys
+// full (docs/queue.md, The dispatcher) use it, and handlers that pause
+// the downstream after a 429 pause this key. A Job made by hand names
+// the same key as one a server runs.
+func ThrottleKey(job *Job, perTenant bool) string {
+	if !perTenant {
+		return job.Downstream
+	}
+	enc, err := keyspace.Encode(job.Tenant)
+	if err != nil { // an empty tenant, which no Producer accepts
+		return job.Downstream + "/"
+	}
+	return job.Downstream + "/" + enc
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -86,12 +85,6 @@ type ServerConfig struct {
 	Throttle *throttle.Throttle
 	// Downstreams returns the throttling of a downstream by name.
 	Downstreams func(name string) (Downstream, bool)
-	// DownstreamNames, when set, are the names Downstreams knows: the
-	// claim books the slots of those it can from the first job on
-	// (docs/queue.md, The dispatcher). A downstream not listed is
-	// learned from its first job this process runs, whose worker books
-	// that job's slot.
-	DownstreamNames []string
 	// DeadAfter is how long a worker process's heartbeat may be silent
 	// before the others take it for dead and put the jobs it was running
 	// back in the waiting room, to run again at once (docs/reliability.md,
@@ -142,7 +135,6 @@ type Server struct {
 	runCtx       context.Context // Start's: ends at Shutdown
 	shares       *shares
 	alive        *inflight
-	books        claimBooks
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -196,13 +188,6 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		shares: newShares(cfg.KeyShare, cfg.Concurrency, time.Second), alive: newInflight(cfg.Prefix, cfg.Queue, cfg.DeadAfter),
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
-	if cfg.Throttle != nil && cfg.Downstreams != nil {
-		for _, name := range cfg.DownstreamNames {
-			if d, ok := cfg.Downstreams(name); ok {
-				s.books.note(d, name)
-			}
-		}
-	}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
 		// (docs/queue.md, The dispatcher).
@@ -210,7 +195,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		if prefetch < 1 {
 			prefetch = 1
 		}
-		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, buckets: s.bucketPrefix(k.queue), wake: make(chan struct{}, 1),
+		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, wake: make(chan struct{}, 1),
 			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
 		queues[k.queue] = 1
 	}
@@ -312,25 +297,6 @@ func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
 	return ThrottleKey(job, d.PerTenant), d, ok
 }
 
-// ThrottleKey returns the throttle key a job's slots are taken from: its
-// downstream's name, or for a per-tenant quota of a job the server runs,
-// "{" + its tenant's shard's asynq queue + "}" + the downstream's name +
-// "/" + the encoded tenant, a key in the hash slot of the tenant's shard,
-// where the claim books its slots (docs/throttle.md, Slots booked by the
-// claim). Handlers that pause the downstream after a 429 pause this key.
-// For a job the server did not run, ask the server (Server.ThrottleKey).
-func ThrottleKey(job *Job, perTenant bool) string {
-	if !perTenant {
-		return job.Downstream
-	}
-	if job.shard != "" {
-		if k := "{" + job.shard + "}" + job.Downstream + "/" + job.tenantEnc; keyspace.Tagged(k) {
-			return k
-		}
-	}
-	return job.Downstream + "/" + job.Tenant
-}
-
 // process runs one asynq task: throttle, start, handler.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	n, _ := asynq.GetRetryCount(ctx)
@@ -366,34 +332,17 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	}
 	defer shareDone()
 	if ok {
-		s.books.note(d, job.Downstream)
-		// The first run of a hand-over whose slot the claim booked uses
-		// it; any other books its own.
-		var r throttle.Reservation
-		claimed := false
-		if first && job.slot > 0 {
-			r, claimed = s.cfg.Throttle.Claimed(key, d.Limit, job.units(), job.slot, job.slotDelay)
-			if claimed && r.Delay > 0 {
-				var err error
-				if claimed, err = s.cfg.Throttle.Await(ctx, r); err != nil {
-					return s.throttleError(job, err)
-				}
-			}
+		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
+		var far *throttle.TooFarError
+		if errors.As(err, &far) {
+			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), key, false)
 		}
-		if !claimed {
-			var err error
-			r, err = s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
-			var far *throttle.TooFarError
-			if errors.As(err, &far) {
-				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-				return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
+		if err != nil {
+			if neverFits(err) {
+				s.release(ctx, job)
 			}
-			if err != nil {
-				if neverFits(err) {
-					s.release(ctx, job)
-				}
-				return s.throttleError(job, err)
-			}
+			return s.throttleError(job, err)
 		}
 		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
 		if d.Concurrency != nil {
@@ -444,7 +393,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// The fleet is paused on the key. A job refused again
 			// waits alone (downstream.WithOwnPause), so that one call
 			// that is always refused costs the others one pause.
-			m = mark(job, d)
+			m = key
 		}
 		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m, false)
 	}
@@ -589,20 +538,9 @@ func horizon(lim throttle.Limit) throttle.Limit {
 	return lim
 }
 
-// mark is the name under which a put-back marks job's throttle key full
-// in the waiting room (queue_claim.lua): the downstream's name for a
-// shared bucket, with "/" and the encoded tenant for a tenant's own.
-func mark(job *Job, d Downstream) string {
-	if !d.PerTenant {
-		return job.Downstream
-	}
-	enc, _ := keyspace.Encode(job.Tenant) // decodeJob refused an empty tenant
-	return job.Downstream + "/" + enc
-}
-
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why. A mark
-// (see mark; "" for none) tells the claims to hand over no job of that
+// (ThrottleKey; "" for none) tells the claims to hand over no job of that
 // throttle key for d, whatever its tenant. A tenant asleep already keeps
 // the later of its two wake times, or with sooner (a put-back for a
 // lease, which a release wakes) the sooner: a release that woke it while

@@ -65,7 +65,7 @@ func init() {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim  = script("throttle_book", "queue_handover", "queue_claim")
+	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
 	// A worker's heartbeat and the recovery of a dead one's jobs.
