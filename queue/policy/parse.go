@@ -68,6 +68,9 @@ type downstreamFile struct {
 	Headers     entries[string] `yaml:"headers"`
 	MaxRefusals int64           `yaml:"max_refusals"`
 	CostFrom    string          `yaml:"cost_from"`
+	// circuit_failures 0 is no circuit; absent, the default.
+	CircuitFailures int64         `yaml:"circuit_failures"`
+	CircuitCooldown time.Duration `yaml:"circuit_cooldown"`
 }
 
 type rateFile struct {

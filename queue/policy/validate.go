@@ -244,6 +244,12 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 	if inRange(p, path+".max_refusals", df.MaxRefusals, 1, 1_000_000) {
 		d.MaxRefusals = int(df.MaxRefusals) // absent: 0, the queue's default
 	}
+	if inRange(p, path+".circuit_failures", df.CircuitFailures, 0, 1_000_000) {
+		d.Circuit.Failures = cmp.Or(int(df.CircuitFailures), -1) // 0: no circuit
+	}
+	if inRange(p, path+".circuit_cooldown", df.CircuitCooldown, 100*time.Millisecond, MaxDuration) {
+		d.Circuit.Cooldown = df.CircuitCooldown
+	}
 	if p.has(path + ".headers") {
 		d.Headers = p.headers(df.Headers, path+".headers")
 	}
