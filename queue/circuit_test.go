@@ -78,7 +78,7 @@ func TestCircuitOpensOnFailingHost(t *testing.T) {
 		d := Downstream{Name: "down", Limit: throttle.Limit{Name: "down", Rate: 1000}, Circuit: throttle.Circuit{Cooldown: time.Hour}}
 		var calls atomic.Int64
 		refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Throttle: th,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "down" }},
 			handlerFunc(func(ctx context.Context, job *Job) error {
 				calls.Add(1)

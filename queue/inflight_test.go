@@ -40,7 +40,7 @@ func TestDeadWorkersJobsRunAgain(t *testing.T) {
 		inA, inB := map[string]int{}, map[string]string{}
 		runsB := 0
 		stuck := make(chan struct{})
-		a := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, DeadAfter: time.Second}, handlerFunc(func(ctx context.Context, job *Job) error {
+		a := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, DeadAfter: time.Second}, handlerFunc(func(ctx context.Context, job *Job) error {
 			mu.Lock()
 			inA[job.ScopedID()]++
 			mu.Unlock()
@@ -59,7 +59,7 @@ func TestDeadWorkersJobsRunAgain(t *testing.T) {
 			return err == nil && n == 2
 		})
 		a.abandon()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, DeadAfter: time.Second}, handlerFunc(func(ctx context.Context, job *Job) error {
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, DeadAfter: time.Second}, handlerFunc(func(ctx context.Context, job *Job) error {
 			mu.Lock()
 			defer mu.Unlock()
 			inB[job.ScopedID()] = string(job.Payload)
@@ -96,7 +96,7 @@ func TestDeadWorkersJobsRunAgain(t *testing.T) {
 func TestRecoveredTaskCompletesOnce(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		cfg, _ := testProducer(t, client, 1000)
-		s, err := NewServer(client, &ServerConfig{Config: cfg})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -136,7 +136,7 @@ func TestSlowKeyHoldsItsShare(t *testing.T) {
 			return nil
 		})
 		enqueue("s0", "s0", "slow")
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4}, h)
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4}, h)
 		if srv.cfg.KeyShare != 1 {
 			t.Fatalf("KeyShare = %d, want 1 for Concurrency 4", srv.cfg.KeyShare)
 		}

@@ -339,7 +339,9 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	}
 	w.sched = newScheduler(w.producer, cfg.Schedules, time.Now, w.log, ticks)
 	w.server, err = queue.NewServer(client, &queue.ServerConfig{
-		Config:      qc,
+		Queue:       qc.Queue,
+		Prefix:      qc.Prefix,
+		Shards:      qc.Shards,
 		Concurrency: o.Concurrency,
 		KeyShare:    o.KeyShare,
 		Prefetch:    cfg.Queue.Prefetch,
