@@ -338,7 +338,8 @@ type apiCall struct {
 	id     string
 	at     time.Time
 	ended  time.Time
-	status int // 0 when the caller gave up before an answer
+	status int    // 0 when the caller gave up before an answer
+	idem   string // its Idempotency-Key
 }
 
 // newAPI starts the fake and the proxy; both stop when t ends (the fake
@@ -357,7 +358,7 @@ func newAPI(t *testing.T, cfg downstreamtest.Config) *api {
 		id, _ := strings.CutPrefix(r.URL.Path, "/api/jobs/")
 		a.mu.Lock()
 		i := len(a.calls)
-		a.calls = append(a.calls, apiCall{id: id, at: time.Now()})
+		a.calls = append(a.calls, apiCall{id: id, at: time.Now(), idem: r.Header.Get("Idempotency-Key")})
 		a.mu.Unlock()
 		sw := &statusWriter{ResponseWriter: w, gate: func() {
 			a.mu.Lock()
