@@ -219,7 +219,6 @@ func TestClaimArgsNameTheBucket(t *testing.T) {
 		}{
 			{"api", Downstream{Limit: lim, PerTenant: true}, true},
 			{"shared", Downstream{Limit: lim}, false},
-			{"learns", Downstream{Limit: throttle.Limit{Rate: 2, Learn: true}, PerTenant: true}, false},
 			{"also", Downstream{Limit: throttle.Limit{Rate: 2, Also: []throttle.Rate{{Rate: 100, Per: time.Minute}}}, PerTenant: true}, false},
 			{"leased", Downstream{Limit: lim, PerTenant: true, Concurrency: &throttle.Concurrency{Max: 1}}, false},
 			// a name so long that a tenant's key would not name its tag

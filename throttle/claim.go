@@ -8,16 +8,16 @@ import (
 // to workers, rather than have each worker book its job's slot with a
 // round trip of its own (docs/throttle.md, Slots booked by the claim). It
 // books on the key's bucket hash (BucketKey) with the same rule as
-// Reserve, and only for a Limit of one bucket that learns nothing
+// Reserve, and only for a Limit of one bucket
 // (ClaimBucket); the worker then adopts the slot with Claimed.
 
 // ClaimBucket returns what a script needs to book lim's slots as Reserve
 // does (rl and pr, the rate as rl units per pr µs; the burst; the guard
 // in µs), or false when lim cannot be booked that way: it has further
-// buckets (Also), learns its costs (Learn), or is invalid.
+// buckets (Also) or is invalid.
 func ClaimBucket(lim Limit) (rl, pr, burst, guard int64, ok bool) {
 	c, err := lim.compile()
-	if err != nil || len(c.also) > 0 || c.learn {
+	if err != nil || len(c.also) > 0 {
 		return 0, 0, 0, 0, false
 	}
 	return c.rl, c.pr, c.burst, c.guard, true

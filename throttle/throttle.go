@@ -81,22 +81,6 @@ type Limit struct {
 	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;
 	// NoWait (or any negative value) means only a slot that is due now.
 	MaxWait time.Duration
-	// Learn books each call at its estimate times the ratio of the real
-	// to the estimated cost of the key's calls settled lately (Settle),
-	// instead of at the estimate: in the Limit's own bucket and in each
-	// of Also's that counts cost, rounded, at least 1 and at most the
-	// bucket's burst. The calls in flight, whose real cost is not known
-	// yet, then book what such calls have turned out to cost, so that the
-	// debt their settles bring stays small (docs/throttle.md, Reserve,
-	// then settle). Until a call of the key has been settled, and for a
-	// reservation of the local fallback, the estimate stands. Such a
-	// bucket opens its burst as it learns: before the first settle calls
-	// start one after another at the rate, and the burst grows to Burst
-	// as settles replace the ratio's starting guess (half of it after
-	// about 8 settles, nearly nine tenths after 32), so that a burst of calls whose real cost nobody
-	// knows yet cannot overrun the API. The policy file sets it for a
-	// downstream with cost_from.
-	Learn bool
 	// Also lists at most MaxAlso further rates the key must keep to, for
 	// APIs that state several limits (10 a second and 1,000 an hour). A
 	// call takes a slot in every bucket at once. The local fallback paces
@@ -191,7 +175,6 @@ type compiled struct {
 	name    string
 	maxWait int64 // µs
 	guard   int64 // µs, before the cap of half the bucket
-	learn   bool
 	also    []bucket
 }
 
@@ -204,7 +187,7 @@ func (l Limit) compile() (compiled, error) {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
 	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond),
-		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond), learn: l.Learn}
+		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond)}
 	for i, r := range l.Also {
 		b, err := r.compile()
 		if err != nil {
@@ -339,10 +322,6 @@ func (t *Throttle) key(kind, key string) (string, error) {
 
 func (t *Throttle) rateKey(key string) (string, error) { return t.key("rate", key) }
 
-// learnKey names the hash of key's learned estimate (Settle), in the
-// same hash slot as its bucket.
-func (t *Throttle) learnKey(key string) (string, error) { return t.key("est", key) }
-
 func (t *Throttle) now() string {
 	if t.clock == nil {
 		return ""
@@ -395,12 +374,10 @@ type Reservation struct {
 	booked    time.Time
 	compile   compiled
 	slot      int64 // the slot, in µs on the scripts' clock
-	settled   int64 // under a Limit that learns: the net units settles had moved the key's own bucket by when r booked
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, the interval's
-// numerator pr it was paced at, and the count n it booked (the call's
-// estimate times the key's learned ratio, in a bucket that counts cost).
+// numerator pr it was paced at, and the count n it booked.
 type tat struct{ a, f, pr, n int64 }
 
 // before reports whether r's slot, as the reserve script decided it,
@@ -459,11 +436,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	lk, err := t.learnKey(key)
-	if err != nil {
-		return Reservation{}, err
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k, lk}, c.reserveArgs(n, book, t.now())...).Int64Slice()
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -479,7 +452,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		return Reservation{}, callErr("reserve", err)
 	}
-	want := 12 + 4*len(c.also) // the Limit's own bucket, the slot, the count and u; 4 values a further bucket
+	want := 10 + 3*len(c.also) // the Limit's own bucket and the slot; 3 values a further bucket
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
@@ -488,11 +461,12 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
-		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6], n: v[10]}}, booked: booked, compile: c,
-		queued: book && v[0] == 1, slot: v[9], settled: v[11],
+		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6], n: n}}, booked: booked, compile: c,
+		queued: book && v[0] == 1, slot: v[9],
 	}
-	for i := 12; i < len(v); i += 4 {
-		r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2], n: v[i+3]})
+	for i, b := range c.also {
+		j := 10 + 3*i
+		r.tats = append(r.tats, tat{a: v[j], f: v[j+1], pr: v[j+2], n: b.cost(n)})
 	}
 	if !r.OK {
 		r.Delay = 0
@@ -509,9 +483,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
-	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard, c.learn}
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard}
 	for _, b := range c.also {
-		args = append(args, b.rl, b.pr, b.burst, b.cost(n), c.learn && b.rate.Counts == CountsCost)
+		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
 	return args
 }
@@ -560,30 +534,18 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 }
 
 // Await sleeps until r's slot, for callers that Reserve, do some work
-// while the slot approaches, and then wait for it. Under a Limit that
-// learns, a slot booked ahead moves later, when it comes, by what
-// settles have added to the key's bucket since it was booked (Settle). It reports false if the
+// while the slot approaches, and then wait for it. It reports false if the
 // slot must not be used (a pause announced in the meantime ends after it,
 // or the caller woke too late): reserve again. If ctx ends first it
 // cancels r (when it can) and returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
-	// A slot booked ahead under a Limit that learns is checked once when
-	// it comes: it moves later by the debt settled since (settledSince).
-	recheck := r.queued && r.Delay > 0 && r.compile.learn
 	for {
 		e, announced := t.pauses.get(r.key)
 		if e.voids(r, due, t.hostNow()) {
 			return false, nil
 		}
 		d := due.Sub(t.hostNow())
-		if d <= 0 && recheck {
-			recheck = false
-			if d = t.settledSince(ctx, r); d > 0 {
-				due = due.Add(d)
-				continue
-			}
-		}
 		if d <= 0 {
 			break
 		}

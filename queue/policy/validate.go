@@ -253,8 +253,6 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 			p.add(n, path+".cost_from", err, "%s", strings.TrimPrefix(err.Error(), queue.ErrCostFrom.Error()+": "))
 		}
 		d.CostFrom = cf
-		// Calls settled to their real cost teach the bucket what to book.
-		d.Limit.Learn = !cf.IsZero()
 	}
 	if df.Concurrency > 0 {
 		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: cmp.Or(df.Lease, throttle.DefaultLease)}
