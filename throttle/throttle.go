@@ -41,12 +41,6 @@ const (
 	// that would have to wait is not given one. Any negative MaxWait
 	// means the same; the policy file spells it max_wait: none.
 	NoWait time.Duration = -1
-	// DefaultGuard is Limit.Guard when it is zero: enough for the tens
-	// to a hundred or so milliseconds by which a burst's calls, sent in a
-	// rush (a fleet starting on a backlog), reach the API later than the
-	// paced calls after them. It delays only the first paced call after
-	// a burst; the pace is unchanged.
-	DefaultGuard = 250 * time.Millisecond
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -64,18 +58,19 @@ type Limit struct {
 	// every call evenly; larger values behave as a token bucket of that
 	// size.
 	Burst int64
-	// Guard is the margin a bucket of Burst > 1 leaves the API at its
-	// edge: a call that must wait for room starts Guard later than the
-	// bucket alone would allow, and so does every call from the booking
-	// that leaves the bucket within Guard of full until the bucket has
-	// been empty for Guard. A burst whose calls reached the API a little
-	// late then cannot make the paced calls after it overflow the API's
-	// bucket. The pace is unchanged, and so is the burst after an idle
-	// spell while the guard is at most half an interval; a larger one
-	// starts the burst's units within it of full that much later. At
-	// most half the bucket (Burst/2 units' intervals) is used. Default
-	// DefaultGuard; negative means none. It applies to the buckets of
-	// Also as well.
+	// Guard, for a bucket of Burst > 1 that is an API's own bucket
+	// exactly, is a margin left at its edge for a burst's calls that
+	// reach the API a little later than the paced calls after them: a
+	// call that must wait for room starts Guard later than the bucket
+	// alone would allow, and so does every call from the booking that
+	// leaves the bucket within Guard of full until the bucket has been
+	// empty for Guard. The pace is unchanged, and so is the burst after
+	// an idle spell while the guard is at most half an interval; a larger
+	// one starts the burst's units within it of full that much later. At
+	// most half the bucket (Burst/2 units' intervals) is used. Zero (the
+	// default) or negative means none: Burst units at once, then the
+	// pace. It applies to the buckets of Also as well. docs/throttle.md
+	// (Burst and the guard) has the figure it buys.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;
@@ -187,7 +182,7 @@ func (l Limit) compile() (compiled, error) {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
 	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond),
-		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond)}
+		guard: int64(max(l.Guard, 0) / time.Microsecond)}
 	for i, r := range l.Also {
 		b, err := r.compile()
 		if err != nil {

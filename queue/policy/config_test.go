@@ -750,14 +750,13 @@ func TestMaxWaitInTheFile(t *testing.T) {
 	}
 }
 
-// TestGuardInTheFile: guard is throttle.Limit.Guard. Left out, the Limit
-// keeps Go's zero, DefaultGuard; 0s is no guard at all (a negative Guard
-// in Go); a duration is itself; a negative one is refused.
+// TestGuardInTheFile: guard is throttle.Limit.Guard. Left out or 0s, no
+// guard (Go's zero); a duration is itself; a negative one is refused.
 func TestGuardInTheFile(t *testing.T) {
 	for _, c := range []struct {
 		line string
 		want time.Duration
-	}{{"", 0}, {"    guard: 0s", -1}, {"    guard: 50ms", 50 * time.Millisecond}} {
+	}{{"", 0}, {"    guard: 0s", 0}, {"    guard: 50ms", 50 * time.Millisecond}} {
 		cfg := mustParse(t, doc("queue: {bound: 1}", "downstreams:", "  s:", "    rate: 10", "    burst: 5", c.line))
 		if got := cfg.Downstreams["s"].Limit.Guard; got != c.want {
 			t.Errorf("%q: Guard = %v, want %v", c.line, got, c.want)

@@ -234,9 +234,9 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 	} else if n != nil {
 		d.Limit.MaxWait = time.Duration(df.MaxWait)
 	}
-	// guard: absent for throttle.DefaultGuard, 0s for none.
+	// guard: absent or 0s for none.
 	if inRange(p, path+".guard", df.Guard, 0, MaxDuration) {
-		d.Limit.Guard = cmp.Or(df.Guard, -1)
+		d.Limit.Guard = df.Guard
 	}
 	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
 	inRange(p, path+".lease", df.Lease, throttle.MinLease, MaxDuration)

@@ -81,12 +81,13 @@ func TestBurstIsTheAPIsBucketExactly(t *testing.T) {
 // assumed. A lag the same for every call (a constant latency, or the API's
 // clock off Redis's) costs nothing; a burst one below the API's bucket
 // absorbs any lag spread under one interval (500 ms), and sluice's guard
-// (throttle.Limit.Guard, 250 ms by default) any under the guard.
+// (throttle.Limit.Guard, 250 ms in this benchmark's policy) any under
+// the guard.
 func TestSwitchRefusalIsLagSpread(t *testing.T) {
 	for _, c := range []struct {
 		name               string
 		burst              int64
-		guard              time.Duration // throttle.Limit.Guard; -1 none
+		guard              time.Duration // throttle.Limit.Guard; 0 or negative: none
 		burstLag, pacedLag time.Duration
 		wantRefused        []int // the calls refused, from 1
 		wantOverflow       time.Duration
@@ -97,8 +98,8 @@ func TestSwitchRefusalIsLagSpread(t *testing.T) {
 			wantRefused: []int{41}, wantOverflow: 4 * time.Millisecond},
 		{name: "burst 39, burst 5ms late, paced 1ms", burst: 39, guard: -1, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
 		{name: "burst 39, burst 400ms late, paced 0", burst: 39, guard: -1, burstLag: 400 * time.Millisecond},
-		{name: "burst 40 and the guard, burst 5ms late, paced 1ms", burst: 40, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
-		{name: "burst 40 and the guard, burst 301ms late, paced 1ms", burst: 40, burstLag: 301 * time.Millisecond, pacedLag: time.Millisecond,
+		{name: "burst 40 and the guard, burst 5ms late, paced 1ms", burst: 40, guard: sluiceGuard, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
+		{name: "burst 40 and the guard, burst 301ms late, paced 1ms", burst: 40, guard: sluiceGuard, burstLag: 301 * time.Millisecond, pacedLag: time.Millisecond,
 			wantRefused: []int{41}, wantOverflow: 50 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
