@@ -233,10 +233,6 @@ type Options struct {
 	Metrics *Metrics
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
-	// Subscribe, when true, listens through Redis pub/sub for pauses and
-	// lease releases by other processes, and wakes this process's waiters
-	// at once. Default off in the library; cmd/worker turns it on.
-	Subscribe bool
 
 	// clock, when set, replaces the Redis server's clock in the scripts;
 	// waits still sleep in real time. Set by this package's tests, and by
@@ -249,7 +245,10 @@ func init() {
 }
 
 // Throttle paces calls per key across every process that shares its
-// Redis. Safe for concurrent use; create one per process and Close it.
+// Redis. It listens through Redis pub/sub (one connection) for the pauses
+// and lease releases of other processes, and wakes this process's
+// waiters at once. Safe for concurrent use; create one per process and
+// Close it.
 type Throttle struct {
 	client     redis.UniversalClient
 	prefix     string
@@ -260,7 +259,7 @@ type Throttle struct {
 	pauses     *pauseBoard
 	releases   *releaseLine
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
-	subscribed bool             // Options.Subscribe: this process hears its own announcements too
+	subscribed bool             // the subscription was confirmed: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
 	srvClock   serverClock      // Redis's clock, as estimated on this host (Claimed)
 	stop       func()
@@ -284,7 +283,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.clock,
 		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
 		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
-		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
+		leasePoll: time.Second, hostNow: time.Now, stop: func() {},
 	}
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
@@ -292,14 +291,12 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	if opts.Fallback > 0 {
 		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]localTAT)}
 	}
-	if opts.Subscribe {
-		t.leasePoll, t.subscribed = time.Second, true
-		t.subscribe()
-	}
+	t.subscribe()
 	return t, nil
 }
 
-// Close stops listening for pauses. It does not close the Redis client.
+// Close stops listening for pauses and releases. It does not close the
+// Redis client.
 func (t *Throttle) Close() error {
 	t.closeServerClock()
 	t.stop()
@@ -587,7 +584,7 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 // downstream that says its budget is nearly spent: it pauses key for d, as
 // Pause does, and steps the fleet's share of lim's rate down to 95% of
 // what it was, and the ceiling it climbs back to to 98%, never below
-// MinShare. Refusals within d of a step do not step again.
+// minShare. Refusals within d of a step do not step again.
 // docs/throttle.md (Adaptive pacing) has the whole rule.
 func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
 	return t.pause(ctx, key, lim, d, true)
@@ -596,7 +593,7 @@ func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Du
 // shareFull is the whole rate in the scripts' basis points.
 const shareFull = 10000
 
-// MinShare is the least share of a Limit's rate that refusals step the
+// minShare is the least share of a Limit's rate that refusals step the
 // fleet's pace down to (Backoff): three quarters. Adaptive pacing finds
 // the few percent of margin that the jitter of real machines needs; a
 // caller whose every call is refused (a path that always answers 429)
@@ -605,7 +602,7 @@ const shareFull = 10000
 // stays at the floor while refusals go on says the Limit's rate is above
 // what the API allows: lower it. The scripts hold the same figure
 // (prelude.lua, SHARE_MIN).
-const MinShare = 0.75
+const minShare = 0.75
 
 func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Duration, slow bool) (time.Duration, error) {
 	c, err := lim.compile()

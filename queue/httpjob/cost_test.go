@@ -30,7 +30,7 @@ func TestSettleFromResponse(t *testing.T) {
 	}
 	t.Cleanup(func() { th.Close() })
 
-	big := `{"pad":"` + strings.Repeat("x", queue.MaxCostBody) + `","usage":{"total_tokens":7}}`
+	big := `{"pad":"` + strings.Repeat("x", maxCostBody) + `","usage":{"total_tokens":7}}`
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/header", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Tokens-Used", "30")
