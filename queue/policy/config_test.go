@@ -648,7 +648,7 @@ func TestDocsExample(t *testing.T) {
 			t.Errorf("Queue = %+v", cfg.Queue)
 		}
 		s := cfg.Downstreams["shopify"]
-		if !reflect.DeepEqual(s.Limit, throttle.Limit{Name: "shopify", Rate: 2, Per: time.Second, Burst: 40, MaxWait: 10 * time.Second}) || !s.PerTenant || s.Concurrency.Max != 4 {
+		if !reflect.DeepEqual(s.Limit, throttle.Limit{Name: "shopify", Rate: 2, Per: time.Second, Burst: 40, MaxWait: 500 * time.Millisecond}) || !s.PerTenant || s.Concurrency.Max != 4 {
 			t.Errorf("shopify = %+v", s)
 		}
 		if d, err := cfg.DownstreamForTenant("example", "https://example.myshopify.com/admin/api/2024-01/orders.json?limit=5"); err != nil || d.Name != "shopify" {
