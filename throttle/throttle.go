@@ -24,7 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/ratio"
 	"github.com/sluicehq/sluice/internal/scripts"
@@ -235,13 +234,9 @@ type Options struct {
 	Logger *slog.Logger
 
 	// clock, when set, replaces the Redis server's clock in the scripts;
-	// waits still sleep in real time. Set by this package's tests, and by
-	// the module's others through internal/clockhook.
+	// waits still sleep in real time. Set by this package's tests; others
+	// set a miniredis's clock (SetTime), which the scripts read.
 	clock func() time.Time
-}
-
-func init() {
-	clockhook.Register(func(o *Options, now func() time.Time) { o.clock = now })
 }
 
 // Throttle paces calls per key across every process that shares its

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/clockhook"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -14,14 +16,18 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // shopSlots books calls slots of one per-tenant key at Shopify's rate (2
-// a second) with the given burst and guard (throttle.Limit.Guard), through throttle's reserve script on a
-// real redis-server, every booking made at the same instant of the
-// scripts' clock (set through internal/clockhook), as a backlog of a tenant's jobs does when
-// the workers start. It returns each slot's offset from that instant.
+// a second) with the given burst and guard (throttle.Limit.Guard), through
+// throttle's reserve script on a miniredis whose clock stands still, every
+// booking made at the same instant, as a backlog of a tenant's jobs does
+// when the workers start. It returns each slot's offset from that instant.
 func shopSlots(t *testing.T, burst int64, guard time.Duration, calls int) []time.Duration {
 	t.Helper()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	th, err := throttle.New(redistest.Shared(t), clockhook.Set(&throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"}, func() time.Time { return t0 }))
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	th, err := throttle.New(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
