@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -26,12 +25,8 @@ type RedisOptions struct {
 
 	// clock, when set, replaces the Redis server's clock. Keys written
 	// with it live an hour longer than needed. Set by this package's
-	// tests, and by the module's benchmarks through internal/clockhook.
+	// tests.
 	clock func() time.Time
-}
-
-func init() {
-	clockhook.Register(func(o *RedisOptions, now func() time.Time) { o.clock = now })
 }
 
 // Redis is a Limiter whose state lives in Redis, shared by every process

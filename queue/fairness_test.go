@@ -166,7 +166,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	th, err := throttle.New(client, &throttle.Options{Subscribe: true})
+	th, err := throttle.New(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,24 +59,24 @@ type EnqueueResponse struct {
 // it is trusted, and refuse foreign Hosts and Origins, as cmd/worker does.
 //
 // The bodies it holds at once, over all requests, are bounded by
-// BodyBudget(MaxPayload) bytes: a request whose body would take them over
+// bodyBudget(MaxPayload) bytes: a request whose body would take them over
 // is answered 503 "busy" with Retry-After at once, and the rest of its
 // body is not read. A body is reserved as it is read, so a client that
 // sends slowly holds only what it has sent.
 func HTTPHandler(p *Producer) http.Handler {
-	return httpHandler(p, newByteBudget(BodyBudget(p.cfg.MaxPayload)))
+	return httpHandler(p, newByteBudget(bodyBudget(p.cfg.MaxPayload)))
 }
 
-// MaxBody is the largest body of the HTTP enqueue endpoint for a queue
+// maxBody is the largest body of the HTTP enqueue endpoint for a queue
 // whose MaxPayload is maxPayload: the payload, the longest tenant id and
 // 64 KiB for the rest of the job.
-func MaxBody(maxPayload int) int64 { return int64(maxPayload) + MaxTenantLen + 64<<10 }
+func maxBody(maxPayload int) int64 { return int64(maxPayload) + MaxTenantLen + 64<<10 }
 
-// BodyBudget is how many bytes of request bodies the HTTP enqueue
+// bodyBudget is how many bytes of request bodies the HTTP enqueue
 // endpoint of a queue whose MaxPayload is maxPayload holds at once: eight
-// of the largest bodies (MaxBody), and at least 8 MiB. Parsing a body
+// of the largest bodies (maxBody), and at least 8 MiB. Parsing a body
 // takes a few times its size in memory while its request lasts.
-func BodyBudget(maxPayload int) int64 { return max(8*MaxBody(maxPayload), 8<<20) }
+func bodyBudget(maxPayload int) int64 { return max(8*maxBody(maxPayload), 8<<20) }
 
 // httpHandler is HTTPHandler with the body budget b.
 func httpHandler(p *Producer, b *byteBudget) http.Handler {
@@ -92,7 +92,7 @@ func httpHandler(p *Producer, b *byteBudget) http.Handler {
 			reply(w, http.StatusUnsupportedMediaType, EnqueueResponse{Error: "Content-Type must be application/json", Reason: "invalid"})
 			return
 		}
-		body, reserved, err := readBody(r, MaxBody(p.cfg.MaxPayload), b)
+		body, reserved, err := readBody(r, maxBody(p.cfg.MaxPayload), b)
 		defer b.release(reserved)
 		if errors.Is(err, errBusy) {
 			w.Header().Set("Retry-After", "1")

@@ -73,7 +73,7 @@ func runCapped(t *testing.T, client redis.UniversalClient, n int, fault func(*do
 		Concurrency: &throttle.Concurrency{Name: "api", Max: 2, Lease: 300 * time.Millisecond}}
 	prefix := redistest.KeyPrefix(t) + "th"
 	for range 3 {
-		th, err := throttle.New(client, &throttle.Options{Prefix: prefix, Subscribe: true})
+		th, err := throttle.New(client, &throttle.Options{Prefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +185,7 @@ func TestCappedDownstreamDoesNotStarveOthers(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th", Subscribe: true})
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 // leaseWaits wakes the tenants this process put to sleep because their
 // job found every concurrency lease of its throttle key held, one tenant
 // for each release of that key the process hears of (its own, and the
-// fleet's with throttle.Options.Subscribe): a lease given back is used at
+// fleet's): a lease given back is used at
 // once, while the jobs waiting for it hold no goroutine of asynq's. A
 // listener a key watches the releases (throttle.WatchReleases) from
 // before a job asks for a lease until a leaseRecheck passes with no job

@@ -47,14 +47,10 @@ func Settle(ctx context.Context, actual int64) error {
 	return s.th.Settle(context.WithoutCancel(ctx), s.r, actual)
 }
 
-// MaxCostBody is the most of a response body that a CostFrom of JSON
-// reads to find the cost: an LLM API's usage comes after its answer.
-const MaxCostBody = 256 << 10
-
 // CostFrom says where a downstream's responses report a call's real cost,
 // for the built-in HTTP job to settle its slot: in a header field, or at
-// a dotted path into a JSON body (read from at most its first
-// MaxCostBody bytes). The zero CostFrom reads nothing: the estimate
+// a dotted path into a JSON body (read from at most its first 256 KiB:
+// an LLM API's usage comes after its answer). The zero CostFrom reads nothing: the estimate
 // stands.
 type CostFrom struct {
 	// Header is a response header field holding a whole number, such as

@@ -35,7 +35,7 @@ func TestConcurrencyCapDoesNotStall(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th", Subscribe: true})
+		th, err := throttle.New(client, &throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"})
 		if err != nil {
 			t.Fatal(err)
 		}

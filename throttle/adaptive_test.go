@@ -14,7 +14,7 @@ import (
 // many calls come back refused; the share climbs back at 2% of the rate a
 // second to the ceiling, the ceiling at 1% a minute to the whole rate;
 // slots are spaced at the paced interval; and the share never falls
-// below MinShare.
+// below minShare.
 func TestBackoffStepsTheShareDownAndBack(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		clock := &fakeClock{t: base}
@@ -68,11 +68,11 @@ func TestBackoffStepsTheShareDownAndBack(t *testing.T) {
 		// Minutes later the ceiling is back at the whole rate, and so is
 		// the share.
 		near("after 10 minutes", reserve(10*time.Minute).Share, 1)
-		// However many refusals, the share stays at MinShare or more.
+		// However many refusals, the share stays at minShare or more.
 		for i := range 200 {
 			backoff(11*time.Minute + time.Duration(i)*time.Second)
 		}
-		near("after 200 refusals", reserve(11*time.Minute+200*time.Second).Share, MinShare)
+		near("after 200 refusals", reserve(11*time.Minute+200*time.Second).Share, minShare)
 	})
 }
 
@@ -132,7 +132,7 @@ func TestLateSlotLeftAsAGap(t *testing.T) {
 // scripts' clock. A key paced at 20/s serves calls that all succeed but
 // one, whose call (a path that always answers 429 Retry-After: 1) comes
 // back refused every 1.2 s, as often as its put-back allows. For 5
-// minutes the fleet's share stays at MinShare or above (it fell to 5%
+// minutes the fleet's share stays at minShare or above (it fell to 5%
 // before the floor); and it is back to the whole rate within minutes once
 // the refusals stop.
 func TestOneRefusedCallerCannotDragTheShare(t *testing.T) {
@@ -159,8 +159,8 @@ func TestOneRefusedCallerCannotDragTheShare(t *testing.T) {
 			at += r.Delay // the call leaves at its slot
 		}
 		t.Logf("%d calls in 5 minutes beside 250 refusals; the least share %.4f", calls, least)
-		if least < MinShare {
-			t.Fatalf("the share fell to %.4f; want at least MinShare, %v", least, MinShare)
+		if least < minShare {
+			t.Fatalf("the share fell to %.4f; want at least minShare, %v", least, minShare)
 		}
 		clock.Set(at + 30*time.Minute)
 		if r, err := th.Reserve(ctx, "api", lim, 1); err != nil || r.Share != 1 {

@@ -64,10 +64,9 @@ func ExampleThrottle_Reserve() {
 }
 
 // Wait books a slot and sleeps until it. With a Burst of 2 the first two
-// calls go at once; the third would have to wait one interval (100ms)
-// and the guard the full bucket now keeps (Limit.Guard, 250ms by default,
-// at most half the bucket: 100ms), more than its MaxWait, so Wait returns a *TooFarError
-// at once instead of sleeping.
+// calls go at once; the third would have to wait one interval (100ms),
+// more than its MaxWait, so Wait returns a *TooFarError at once instead
+// of sleeping.
 func ExampleThrottle_Wait() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	_, rdb, stop := exampleRedis(now)
@@ -95,7 +94,7 @@ func ExampleThrottle_Wait() {
 	// Output:
 	// call 1: go
 	// call 2: go
-	// call 3: too far, retry after 180ms
+	// call 3: too far, retry after 80ms
 }
 
 // After a 429 with "Retry-After: 30", Pause stops every worker that shares

@@ -228,8 +228,8 @@ func TestWaitNeverEarlyWhateverTheHostClock(t *testing.T) {
 func TestPauseStopsTheFleet(t *testing.T) {
 	forEachRealTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
-		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
+		a := newThrottle(t, client, nil, &Options{Prefix: prefix})
+		b := newThrottle(t, client, nil, &Options{Prefix: prefix})
 		lim := Limit{Rate: 1, Per: time.Minute, MaxWait: 2 * time.Minute}
 		ctx := context.Background()
 		if _, err := b.Reserve(ctx, "api", lim, 1); err != nil {

@@ -57,9 +57,9 @@ func (b *apiBucket) refusals(arrivals []time.Duration) []int {
 // API a few ms later than the paced calls after them do. Without the
 // guard the first paced call finds the API's bucket still full by that
 // spread and is refused; with it, the paced calls start Guard (250 ms,
-// capped at half of the 500 ms interval) later than the bucket alone
+// half of the 500 ms interval) later than the bucket alone
 // would allow, and no call is refused while the spread stays under the
-// guard. Three ways the calls come: all booked at once (a backlog); the
+// guard (Limit.Guard 250 ms; none by default). Three ways the calls come: all booked at once (a backlog); the
 // burst at once and then each call booked as it is made, at the API's
 // pace; and booked as made 20 ms apart, so that the bucket fills slowly
 // and the 42nd call is the first that must wait for room.
@@ -82,11 +82,11 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 			burstLag, pacedLag time.Duration
 			refused            int
 		}{
-			{"the guard, burst 5ms later than pace", 0, 6 * ms, 1 * ms, 0},
-			{"the guard, burst 249ms later than pace", 0, 250 * ms, 1 * ms, 0},
-			{"the guard, burst 300ms later than pace", 0, 301 * ms, 1 * ms, 1},
-			{"no guard, burst 5ms later than pace", -1, 6 * ms, 1 * ms, 1},
-			{"no guard, the same lag for every call", -1, 3 * ms, 3 * ms, 0},
+			{"the guard, burst 5ms later than pace", 250 * ms, 6 * ms, 1 * ms, 0},
+			{"the guard, burst 249ms later than pace", 250 * ms, 250 * ms, 1 * ms, 0},
+			{"the guard, burst 300ms later than pace", 250 * ms, 301 * ms, 1 * ms, 1},
+			{"no guard, burst 5ms later than pace", 0, 6 * ms, 1 * ms, 1},
+			{"no guard, the same lag for every call", 0, 3 * ms, 3 * ms, 0},
 		} {
 			for _, p := range patterns {
 				t.Run(c.name+", "+p.name, func(t *testing.T) {
@@ -111,14 +111,10 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 						t.Fatalf("the API refused calls %v; want %d refusal(s)", got, c.refused)
 					}
 					// Burst means at once, and the pace is the API's.
-					guard := time.Duration(0)
-					if c.guard == 0 {
-						guard = DefaultGuard
-					}
 					for i, s := range slots {
 						want := p.made(i)
 						if i >= p.atOnce {
-							want = p.paced + time.Duration(i-p.atOnce)*500*ms + guard
+							want = p.paced + time.Duration(i-p.atOnce)*500*ms + c.guard
 						}
 						if s != want {
 							t.Fatalf("call %d's slot at %v; want %v", i+1, s, want)
@@ -132,9 +128,8 @@ func TestBurstLagAtTheSwitch(t *testing.T) {
 
 // TestGuardSteps: when the guard starts and ends, step by step, at 10/s
 // with a burst of 3 (an interval of 100 ms) and a guard of 50 ms, and its
-// parts: the default guard is capped at half the bucket, a burst of 1 has
-// none,
-// a bucket of Also has its own, cancelling leaves it.
+// parts: none unless asked for, at most half the bucket, none for a burst
+// of 1, one for each bucket of Also, left by a cancel.
 func TestGuardSteps(t *testing.T) {
 	sec := time.Second
 	tables := []struct {
@@ -186,6 +181,15 @@ func TestGuardSteps(t *testing.T) {
 			},
 		},
 		{
+			name: "none unless asked for: the burst, then the pace",
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: sec},
+			rows: []step{
+				{0, "reserve", 3, true, 0},
+				{0, "reserve", 1, true, 100 * ms},
+				{0, "reserve", 1, true, 200 * ms},
+			},
+		},
+		{
 			name: "none with a burst of 1",
 			lim:  Limit{Rate: 10, MaxWait: sec},
 			rows: []step{
@@ -204,10 +208,10 @@ func TestGuardSteps(t *testing.T) {
 			},
 		},
 		{
-			// 1,000/s with a burst of 80: the default guard, 250ms, is
-			// capped at half the bucket, 40ms.
+			// 1,000/s with a burst of 80: a guard of 250ms is capped at
+			// half the bucket, 40ms.
 			name: "the guard is at most half the bucket",
-			lim:  Limit{Rate: 1000, Burst: 80, MaxWait: sec},
+			lim:  Limit{Rate: 1000, Burst: 80, MaxWait: sec, Guard: 250 * ms},
 			rows: []step{
 				{0, "reserve", 80, true, 0},
 				{0, "reserve", 1, true, 41 * ms},
@@ -220,7 +224,7 @@ func TestGuardSteps(t *testing.T) {
 			// the slower bucket, which from then on holds the calls
 			// 500ms apart, 250ms late.
 			name: "each bucket of Also has its own",
-			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * sec, Also: []Rate{{Rate: 2, Burst: 2}}},
+			lim:  Limit{Rate: 10, Burst: 3, MaxWait: 5 * sec, Guard: 250 * ms, Also: []Rate{{Rate: 2, Burst: 2}}},
 			rows: []step{
 				{0, "reserve", 1, true, 0},
 				{0, "reserve", 1, true, 0},
@@ -260,8 +264,9 @@ func TestGuardInTheFallback(t *testing.T) {
 			lim Limit
 			at  []time.Duration
 		}{
-			{"slow", Limit{Rate: 10, Burst: 3, MaxWait: 2 * time.Second}, slow},
-			{"fast", Limit{Rate: 1000, Burst: 16, MaxWait: 2 * time.Second}, fast},
+			{"slow", Limit{Rate: 10, Burst: 3, MaxWait: 2 * time.Second, Guard: 250 * ms}, slow},
+			{"fast", Limit{Rate: 1000, Burst: 16, MaxWait: 2 * time.Second, Guard: 250 * ms}, fast},
+			{"none", Limit{Rate: 10, Burst: 3, MaxWait: 2 * time.Second}, slow},
 		} {
 			for i, at := range c.at {
 				clock.Set(at)

@@ -268,9 +268,9 @@ var errReleased = errors.New("sluice: concurrency lease given back")
 // is never held while the call sleeps for its slot or a pause. If every
 // lease is held when the slot comes, the slot is given back (when Cancel
 // can; else it stays a gap) and WaitAcquire waits for a lease to be given
-// back, woken by the release (anywhere in the fleet with
-// Options.Subscribe), when the earliest lease runs out, or after a poll
-// interval (100 ms; 1 s with Options.Subscribe); then it books again.
+// back, woken by the release (anywhere in the fleet), when the earliest
+// lease runs out, or after a poll interval (1 s; 100 ms while Redis
+// pub/sub could not be subscribed to); then it books again.
 // After lim.WaitLimit() of waiting for leases it returns the last
 // *BusyError; a slot too far away returns a *TooFarError as Wait does.
 // Keep and Release the lease it returns.
@@ -325,7 +325,7 @@ func (t *Throttle) cancelUnused(ctx context.Context, r Reservation) {
 }
 
 // ReleaseWatch counts the releases of one key that this process hears
-// of (its own, and others' with Options.Subscribe), for callers that keep
+// of (its own, and others'), for callers that keep
 // jobs waiting for a lease elsewhere than in a goroutine (the queue's
 // waiting room) and wake them at each release. Unlike a waiter of
 // WaitAcquire, a watch misses no release while its owner is busy.

@@ -23,8 +23,8 @@ var fast = Limit{Rate: 1000, MaxWait: time.Hour}
 func TestWaitAcquireWokenByRelease(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
-		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
+		a := newThrottle(t, client, nil, &Options{Prefix: prefix})
+		b := newThrottle(t, client, nil, &Options{Prefix: prefix})
 		b.leasePoll = time.Hour
 		c := Concurrency{Max: 2, Lease: time.Hour}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -107,7 +107,7 @@ func (t *Throttle) inLine(key string) int {
 // waiter through the announcement it hears, with no poll to fall back on.
 func TestReleaseWakesOwnWaiter(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
-		a := newThrottle(t, client, nil, &Options{Subscribe: true})
+		a := newThrottle(t, client, nil, nil)
 		a.leasePoll = time.Hour
 		c := Concurrency{Max: 1, Lease: time.Hour}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -142,8 +142,8 @@ func TestReleaseWakesOwnWaiter(t *testing.T) {
 func TestWatchReleases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		prefix := redistest.KeyPrefix(t) + "th"
-		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
+		a := newThrottle(t, client, nil, &Options{Prefix: prefix})
+		b := newThrottle(t, client, nil, &Options{Prefix: prefix})
 		ctx := context.Background()
 		c := Concurrency{Max: 2, Lease: time.Hour}
 		var held []*Lease

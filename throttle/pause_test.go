@@ -185,8 +185,8 @@ func TestFirstSlotAfterAnAnnouncedPauseIsUsed(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		client.AddHook(slowReplies{scripts.ThrottlePause.Hash(), 60 * ms})
 		prefix := redistest.KeyPrefix(t) + "th"
-		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
+		a := newThrottle(t, client, nil, &Options{Prefix: prefix})
+		b := newThrottle(t, client, nil, &Options{Prefix: prefix})
 		a.hostNow = func() time.Time { return time.Now().Add(10 * time.Second) }
 		b.hostNow = func() time.Time { return time.Now().Add(-10 * time.Second) }
 		ctx := context.Background()
@@ -215,8 +215,8 @@ func TestPauseResumesPacedWithoutGaps(t *testing.T) {
 	forEachRealTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		client.AddHook(slowReplies{scripts.ThrottlePause.Hash(), 220 * ms})
 		prefix := redistest.KeyPrefix(t) + "th"
-		a := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
-		b := newThrottle(t, client, nil, &Options{Prefix: prefix, Subscribe: true})
+		a := newThrottle(t, client, nil, &Options{Prefix: prefix})
+		b := newThrottle(t, client, nil, &Options{Prefix: prefix})
 		lim := Limit{Rate: 10, Burst: 3, MaxWait: 5 * time.Second, Guard: 50 * ms}
 		ctx := context.Background()
 		var pre []Reservation

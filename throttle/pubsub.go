@@ -27,18 +27,24 @@ func (t *Throttle) subscribe() {
 	sub := t.client.Subscribe(ctx, t.pauseChannel(), t.releaseChannel())
 	// Wait for the confirmation, so that pauses announced after New
 	// returns are heard; the subscription reconnects by itself.
+	// Until it is confirmed, this process wakes its own waiters itself
+	// (Release) and asks again for a lease every 100 ms (WaitAcquire).
 	wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
 	if _, err := sub.Receive(wctx); err != nil {
 		t.log.Warn("sluice: subscribing to pause announcements", "err", err)
+		t.leasePoll = 100 * time.Millisecond
+	} else {
+		t.subscribed = true
 	}
 	wcancel()
+	done := make(chan struct{})
 	t.stop = func() {
 		cancel()
 		sub.Close()
+		<-done
 	}
-	t.wg.Add(1)
 	go func() {
-		defer t.wg.Done()
+		defer close(done)
 		for msg := range sub.Channel() {
 			if msg.Channel == t.releaseChannel() {
 				t.releases.notify(msg.Payload)

@@ -3,7 +3,6 @@ package throttle
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/algorithms"
@@ -20,16 +19,7 @@ import (
 // now (it cannot make more burst than the bucket allows) nor reopens a
 // pause.
 //
-// Under a Limit that learns (Learn), each Settle on Redis also teaches
-// the key's learned estimate: the ratio of the real to the estimated cost
-// of the calls settled lately (about the last 32), kept for an hour after
-// the last Settle. Reserve then books each call at its estimate times
-// that ratio (Reservation.Booked), so that the calls in flight, whose
-// real cost is not known yet, book what such calls have turned out to
-// cost; and a call booked ahead of its slot starts later, when it wakes,
-// by what the settles since its booking added to the bucket (Await).
-// Settle a
-// reservation once; a second Settle corrects again, and teaches again. A
+// Settle a reservation once; a second Settle corrects again. A
 // reservation that booked nothing (not OK, or a Peek) settles to
 // nothing. docs/throttle.md (Reserve, then settle) has the rule.
 func (t *Throttle) Settle(ctx context.Context, r Reservation, actual int64) error {
@@ -54,24 +44,16 @@ func (t *Throttle) Settle(ctx context.Context, r Reservation, actual int64) erro
 	if err != nil {
 		return err
 	}
-	lk, err := t.learnKey(r.key)
-	if err != nil {
-		return err
-	}
-	est := ""
-	if c.learn {
-		est = strconv.FormatInt(r.n, 10)
-	}
-	args := []any{t.now(), c.guard, est, actual, actual - r.tats[0].n}
+	args := []any{t.now(), c.guard}
 	for i, b := range append([]bucket{c.bucket}, c.also...) {
 		if d := actual - r.tats[i].n; b.rate.Counts == CountsCost && d != 0 {
 			args = append(args, i, b.rl, r.tats[i].pr, b.burst, d)
 		}
 	}
-	if len(args) == 5 && !c.learn {
-		return nil // nothing to move, nothing to learn
+	if len(args) == 2 {
+		return nil // nothing to move
 	}
-	if err := scripts.ThrottleSettle.Run(ctx, t.client, []string{k, lk}, args...).Err(); err != nil {
+	if err := scripts.ThrottleSettle.Run(ctx, t.client, []string{k}, args...).Err(); err != nil {
 		return callErr("settle", err)
 	}
 	t.countSettled(c, actual-r.tats[0].n)
@@ -91,19 +73,6 @@ func (t *Throttle) countSettled(c compiled, d int64) {
 
 // Cost is the estimate r was asked for, in units.
 func (r Reservation) Cost() int64 { return r.n }
-
-// Booked is what r booked on the Limit's own bucket, in units: its
-// estimate (Cost) times the key's learned ratio once calls of the key have
-// been settled (Settle), else the estimate; 0 when it booked nothing.
-func (r Reservation) Booked() int64 {
-	switch {
-	case !r.OK:
-		return 0
-	case r.Local || len(r.tats) == 0:
-		return r.n
-	}
-	return r.tats[0].n
-}
 
 // settle moves key's local bucket by d units, as throttle_settle.lua does
 // on Redis: never below now on a refund.
@@ -129,27 +98,4 @@ func (l *localBuckets) settle(key string, c compiled, d int64, now time.Time) {
 	g := max(st.guardEnd.Sub(st.tat), 0)
 	st.tat, st.guardEnd = tat, tat.Add(g)
 	l.tats[key] = st
-}
-
-// settledSince is how much later r's slot must be for what settles have
-// added to its key's own bucket, net, since r booked it: for a slot
-// booked ahead under a Limit that learns, read when it comes (Await). A
-// call booked ahead of its slot booked before the settles of the calls
-// then in flight, whose overruns the calls booked after them wait for; it
-// waits for them too. 0 when the settles gave back as much, or Redis
-// cannot say (the slot stands).
-func (t *Throttle) settledSince(ctx context.Context, r Reservation) time.Duration {
-	lk, err := t.learnKey(r.key)
-	if err != nil {
-		return 0
-	}
-	u, err := t.client.HGet(ctx, lk, "u").Int64()
-	if err != nil {
-		return 0 // nothing settled yet (redis.Nil), or no Redis: the slot stands
-	}
-	d := u - r.settled
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(d*r.tats[0].pr/r.compile.rl) * time.Microsecond
 }

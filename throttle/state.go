@@ -64,12 +64,8 @@ func (t *Throttle) State(ctx context.Context, key string, lim Limit) (State, err
 	if err != nil {
 		return State{}, err
 	}
-	lk, err := t.learnKey(key)
-	if err != nil {
-		return State{}, err
-	}
 	pipe := t.client.Pipeline()
-	peek := scripts.ThrottleReserve.Eval(ctx, pipe, []string{rk, lk}, c.reserveArgs(1, false, t.now())...)
+	peek := scripts.ThrottleReserve.Eval(ctx, pipe, []string{rk}, c.reserveArgs(1, false, t.now())...)
 	tm := pipe.Time(ctx)
 	leases := pipe.ZRangeWithScores(ctx, ck, 0, -1) // scored by their expiry
 	if _, err := pipe.Exec(ctx); err != nil {

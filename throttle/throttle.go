@@ -24,7 +24,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/ratio"
 	"github.com/sluicehq/sluice/internal/scripts"
@@ -41,12 +40,6 @@ const (
 	// that would have to wait is not given one. Any negative MaxWait
 	// means the same; the policy file spells it max_wait: none.
 	NoWait time.Duration = -1
-	// DefaultGuard is Limit.Guard when it is zero: enough for the tens
-	// to a hundred or so milliseconds by which a burst's calls, sent in a
-	// rush (a fleet starting on a backlog), reach the API later than the
-	// paced calls after them. It delays only the first paced call after
-	// a burst; the pace is unchanged.
-	DefaultGuard = 250 * time.Millisecond
 )
 
 // Limit is the pace of one throttle key: Rate units per Per, with bursts
@@ -64,39 +57,24 @@ type Limit struct {
 	// every call evenly; larger values behave as a token bucket of that
 	// size.
 	Burst int64
-	// Guard is the margin a bucket of Burst > 1 leaves the API at its
-	// edge: a call that must wait for room starts Guard later than the
-	// bucket alone would allow, and so does every call from the booking
-	// that leaves the bucket within Guard of full until the bucket has
-	// been empty for Guard. A burst whose calls reached the API a little
-	// late then cannot make the paced calls after it overflow the API's
-	// bucket. The pace is unchanged, and so is the burst after an idle
-	// spell while the guard is at most half an interval; a larger one
-	// starts the burst's units within it of full that much later. At
-	// most half the bucket (Burst/2 units' intervals) is used. Default
-	// DefaultGuard; negative means none. It applies to the buckets of
-	// Also as well.
+	// Guard, for a bucket of Burst > 1 that is an API's own bucket
+	// exactly, is a margin left at its edge for a burst's calls that
+	// reach the API a little later than the paced calls after them: a
+	// call that must wait for room starts Guard later than the bucket
+	// alone would allow, and so does every call from the booking that
+	// leaves the bucket within Guard of full until the bucket has been
+	// empty for Guard. The pace is unchanged, and so is the burst after
+	// an idle spell while the guard is at most half an interval; a larger
+	// one starts the burst's units within it of full that much later. At
+	// most half the bucket (Burst/2 units' intervals) is used. Zero (the
+	// default) or negative means none: Burst units at once, then the
+	// pace. It applies to the buckets of Also as well. docs/throttle.md
+	// (Burst and the guard) has the figure it buys.
 	Guard time.Duration
 	// MaxWait is the furthest a slot may be: a call whose slot would be
 	// later is not given one. Zero (unset) means DefaultMaxWait, 10s;
 	// NoWait (or any negative value) means only a slot that is due now.
 	MaxWait time.Duration
-	// Learn books each call at its estimate times the ratio of the real
-	// to the estimated cost of the key's calls settled lately (Settle),
-	// instead of at the estimate: in the Limit's own bucket and in each
-	// of Also's that counts cost, rounded, at least 1 and at most the
-	// bucket's burst. The calls in flight, whose real cost is not known
-	// yet, then book what such calls have turned out to cost, so that the
-	// debt their settles bring stays small (docs/throttle.md, Reserve,
-	// then settle). Until a call of the key has been settled, and for a
-	// reservation of the local fallback, the estimate stands. Such a
-	// bucket opens its burst as it learns: before the first settle calls
-	// start one after another at the rate, and the burst grows to Burst
-	// as settles replace the ratio's starting guess (half of it after
-	// about 8 settles, nearly nine tenths after 32), so that a burst of calls whose real cost nobody
-	// knows yet cannot overrun the API. The policy file sets it for a
-	// downstream with cost_from.
-	Learn bool
 	// Also lists at most MaxAlso further rates the key must keep to, for
 	// APIs that state several limits (10 a second and 1,000 an hour). A
 	// call takes a slot in every bucket at once. The local fallback paces
@@ -191,7 +169,6 @@ type compiled struct {
 	name    string
 	maxWait int64 // µs
 	guard   int64 // µs, before the cap of half the bucket
-	learn   bool
 	also    []bucket
 }
 
@@ -204,7 +181,7 @@ func (l Limit) compile() (compiled, error) {
 		return compiled{}, fmt.Errorf("%w: Also lists %d rates; at most %d", algorithms.ErrInvalidPolicy, len(l.Also), MaxAlso)
 	}
 	c := compiled{bucket: own, name: cmp.Or(l.Name, "default"), maxWait: int64(l.WaitLimit() / time.Microsecond),
-		guard: int64(max(cmp.Or(l.Guard, DefaultGuard), 0) / time.Microsecond), learn: l.Learn}
+		guard: int64(max(l.Guard, 0) / time.Microsecond)}
 	for i, r := range l.Also {
 		b, err := r.compile()
 		if err != nil {
@@ -255,23 +232,18 @@ type Options struct {
 	Metrics *Metrics
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
-	// Subscribe, when true, listens through Redis pub/sub for pauses and
-	// lease releases by other processes, and wakes this process's waiters
-	// at once. Default off in the library; cmd/worker turns it on.
-	Subscribe bool
 
 	// clock, when set, replaces the Redis server's clock in the scripts;
-	// waits still sleep in real time. Set by this package's tests, and by
-	// the module's others through internal/clockhook.
+	// waits still sleep in real time. Set by this package's tests; others
+	// set a miniredis's clock (SetTime), which the scripts read.
 	clock func() time.Time
 }
 
-func init() {
-	clockhook.Register(func(o *Options, now func() time.Time) { o.clock = now })
-}
-
 // Throttle paces calls per key across every process that shares its
-// Redis. Safe for concurrent use; create one per process and Close it.
+// Redis. It listens through Redis pub/sub (one connection) for the pauses
+// and lease releases of other processes, and wakes this process's
+// waiters at once. Safe for concurrent use; create one per process and
+// Close it.
 type Throttle struct {
 	client     redis.UniversalClient
 	prefix     string
@@ -282,7 +254,7 @@ type Throttle struct {
 	pauses     *pauseBoard
 	releases   *releaseLine
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
-	subscribed bool             // Options.Subscribe: this process hears its own announcements too
+	subscribed bool             // the subscription was confirmed: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
 	circuits   circuits
 	stop       func()
@@ -306,7 +278,7 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 		log: cmp.Or(opts.Logger, slog.Default()), clock: opts.clock,
 		pauses:    &pauseBoard{ends: make(map[string]pauseEnd), notify: make(chan struct{})},
 		releases:  &releaseLine{waiting: make(map[string][]chan struct{})},
-		leasePoll: 100 * time.Millisecond, hostNow: time.Now, stop: func() {},
+		leasePoll: time.Second, hostNow: time.Now, stop: func() {},
 	}
 	if t.metrics == nil {
 		t.metrics, _ = NewMetrics(nil) // recorded, never exported
@@ -314,14 +286,12 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 	if opts.Fallback > 0 {
 		t.local = &localBuckets{share: opts.Fallback, tats: make(map[string]localTAT)}
 	}
-	if opts.Subscribe {
-		t.leasePoll, t.subscribed = time.Second, true
-		t.subscribe()
-	}
+	t.subscribe()
 	return t, nil
 }
 
-// Close stops listening for pauses. It does not close the Redis client.
+// Close stops listening for pauses and releases. It does not close the
+// Redis client.
 func (t *Throttle) Close() error {
 	t.stop()
 	t.wg.Wait()
@@ -337,10 +307,6 @@ func (t *Throttle) key(kind, key string) (string, error) {
 }
 
 func (t *Throttle) rateKey(key string) (string, error) { return t.key("rate", key) }
-
-// learnKey names the hash of key's learned estimate (Settle), in the
-// same hash slot as its bucket.
-func (t *Throttle) learnKey(key string) (string, error) { return t.key("est", key) }
 
 func (t *Throttle) now() string {
 	if t.clock == nil {
@@ -393,12 +359,10 @@ type Reservation struct {
 	booked    time.Time
 	compile   compiled
 	slot      int64 // the slot, in µs on the scripts' clock
-	settled   int64 // under a Limit that learns: the net units settles had moved the key's own bucket by when r booked
 }
 
 // tat is a bucket's TAT after a reservation, a + f/rl µs, the interval's
-// numerator pr it was paced at, and the count n it booked (the call's
-// estimate times the key's learned ratio, in a bucket that counts cost).
+// numerator pr it was paced at, and the count n it booked.
 type tat struct{ a, f, pr, n int64 }
 
 // before reports whether r's slot, as the reserve script decided it,
@@ -457,11 +421,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	lk, err := t.learnKey(key)
-	if err != nil {
-		return Reservation{}, err
-	}
-	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k, lk}, c.reserveArgs(n, book, t.now())...).Int64Slice()
+	v, err := scripts.ThrottleReserve.Run(ctx, t.client, []string{k}, c.reserveArgs(n, book, t.now())...).Int64Slice()
 	// The delay counts from the server's clock when the script ran; the
 	// reply arrives later, so counting from its arrival never runs early.
 	booked := t.hostNow()
@@ -477,7 +437,7 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		t.metrics.reservations.WithLabelValues(c.name, "error").Inc()
 		return Reservation{}, callErr("reserve", err)
 	}
-	want := 12 + 4*len(c.also) // the Limit's own bucket, the slot, the count and u; 4 values a further bucket
+	want := 10 + 3*len(c.also) // the Limit's own bucket and the slot; 3 values a further bucket
 	if len(v) != want {
 		return Reservation{}, fmt.Errorf("sluice: throttle reserve: unexpected reply of %d values", len(v))
 	}
@@ -486,11 +446,12 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 		Delay:  time.Duration(v[1]) * time.Microsecond,
 		Paused: time.Duration(v[3]) * time.Microsecond,
 		Share:  float64(v[7]) / shareFull,
-		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6], n: v[10]}}, booked: booked, compile: c,
-		queued: book && v[0] == 1, slot: v[9], settled: v[11],
+		key:    key, n: n, tats: []tat{{a: v[4], f: v[5], pr: v[6], n: n}}, booked: booked, compile: c,
+		queued: book && v[0] == 1, slot: v[9],
 	}
-	for i := 12; i < len(v); i += 4 {
-		r.tats = append(r.tats, tat{a: v[i], f: v[i+1], pr: v[i+2], n: v[i+3]})
+	for i, b := range c.also {
+		j := 10 + 3*i
+		r.tats = append(r.tats, tat{a: v[j], f: v[j+1], pr: v[j+2], n: b.cost(n)})
 	}
 	if !r.OK {
 		r.Delay = 0
@@ -507,9 +468,9 @@ func (t *Throttle) reserve(ctx context.Context, key string, lim Limit, n int64, 
 // go-redis sends an int64 in decimal and a bool as 1 or 0, as the scripts
 // read them.
 func (c compiled) reserveArgs(n int64, book bool, now string) []any {
-	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard, c.learn}
+	args := []any{c.rl, c.pr, c.burst, n, c.maxWait, book, now, c.guard}
 	for _, b := range c.also {
-		args = append(args, b.rl, b.pr, b.burst, b.cost(n), c.learn && b.rate.Counts == CountsCost)
+		args = append(args, b.rl, b.pr, b.burst, b.cost(n))
 	}
 	return args
 }
@@ -558,30 +519,18 @@ func (t *Throttle) Wait(ctx context.Context, key string, lim Limit, n int64) (Re
 }
 
 // Await sleeps until r's slot, for callers that Reserve, do some work
-// while the slot approaches, and then wait for it. Under a Limit that
-// learns, a slot booked ahead moves later, when it comes, by what
-// settles have added to the key's bucket since it was booked (Settle). It reports false if the
+// while the slot approaches, and then wait for it. It reports false if the
 // slot must not be used (a pause announced in the meantime ends after it,
 // or the caller woke too late): reserve again. If ctx ends first it
 // cancels r (when it can) and returns ctx's error.
 func (t *Throttle) Await(ctx context.Context, r Reservation) (bool, error) {
 	due := r.booked.Add(r.Delay)
-	// A slot booked ahead under a Limit that learns is checked once when
-	// it comes: it moves later by the debt settled since (settledSince).
-	recheck := r.queued && r.Delay > 0 && r.compile.learn
 	for {
 		e, announced := t.pauses.get(r.key)
 		if e.voids(r, due, t.hostNow()) {
 			return false, nil
 		}
 		d := due.Sub(t.hostNow())
-		if d <= 0 && recheck {
-			recheck = false
-			if d = t.settledSince(ctx, r); d > 0 {
-				due = due.Add(d)
-				continue
-			}
-		}
 		if d <= 0 {
 			break
 		}
@@ -628,7 +577,7 @@ func (t *Throttle) Pause(ctx context.Context, key string, lim Limit, d time.Dura
 // downstream that says its budget is nearly spent: it pauses key for d, as
 // Pause does, and steps the fleet's share of lim's rate down to 95% of
 // what it was, and the ceiling it climbs back to to 98%, never below
-// MinShare. Refusals within d of a step do not step again.
+// minShare. Refusals within d of a step do not step again.
 // docs/throttle.md (Adaptive pacing) has the whole rule.
 func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Duration) (time.Duration, error) {
 	return t.pause(ctx, key, lim, d, true)
@@ -637,7 +586,7 @@ func (t *Throttle) Backoff(ctx context.Context, key string, lim Limit, d time.Du
 // shareFull is the whole rate in the scripts' basis points.
 const shareFull = 10000
 
-// MinShare is the least share of a Limit's rate that refusals step the
+// minShare is the least share of a Limit's rate that refusals step the
 // fleet's pace down to (Backoff): three quarters. Adaptive pacing finds
 // the few percent of margin that the jitter of real machines needs; a
 // caller whose every call is refused (a path that always answers 429)
@@ -646,7 +595,7 @@ const shareFull = 10000
 // stays at the floor while refusals go on says the Limit's rate is above
 // what the API allows: lower it. The scripts hold the same figure
 // (prelude.lua, SHARE_MIN).
-const MinShare = 0.75
+const minShare = 0.75
 
 func (t *Throttle) pause(ctx context.Context, key string, lim Limit, d time.Duration, slow bool) (time.Duration, error) {
 	c, err := lim.compile()

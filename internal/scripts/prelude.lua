@@ -22,7 +22,7 @@ local function clock(v)
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2]), 0
 end
--- SHARE_MIN is throttle.MinShare: refusals never step a share below it.
+-- SHARE_MIN is throttle.minShare: refusals never step a share below it.
 local SHARE_FULL, SHARE_MIN = 10000, 7500
 local SHARE_CLIMB = 200 / 1000000   -- 2% of the rate a second
 local SHARE_CREEP = 100 / 60000000  -- 1% of the rate a minute

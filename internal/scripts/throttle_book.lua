@@ -66,8 +66,7 @@ local function paused_for(now, p)
 end
 
 -- reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad):
--- throttle_reserve.lua for a bucket of its own that learns
--- nothing, the common case, on locals, with no table but its reply (as
+-- throttle_reserve.lua for a bucket of its own, the common case, on locals, with no table but its reply (as
 -- that script's). pad is clock()'s extra TTL (ms).
 local function reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad)
   local st = redis.call('HMGET', key, 'p', 's', 'c', 't', 'e', 'a', 'f', 'g')
@@ -75,7 +74,7 @@ local function reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, 
   local sh, ceil = share(st[2], st[3], st[4], now)
   pr = paced(pr, sh)
   local at, frac, g, guarded, delay = due(now, guard, rl, pr, burst, n, st[6], st[7], st[8])
-  local r = {1, delay, 0, paused, 0, 0, pr, sh, math.floor(ceil * 100), now + delay, n, 0}
+  local r = {1, delay, 0, paused, 0, 0, pr, sh, math.floor(ceil * 100), now + delay}
   if delay > maxwait then
     r[1], r[3] = 0, delay - maxwait
     return r

@@ -25,85 +25,45 @@
 -- whose own slot rounds up to the call's books max(TAT, now) + n*T
 -- instead, as a key of one bucket does, so that rounding to whole µs
 -- never drifts its pace.
--- The learned estimate (throttle.Limit.Learn): once calls of the key
--- have been settled, KEYS[2] holds n and d, the decayed sums of their real
--- and their estimated costs (throttle_settle.lua). A call's count in each
--- bucket that counts cost is then its estimate times n/d, rounded, at
--- least 1 and at most the bucket's burst, so that calls in flight, booked
--- before their real cost is known, book what such calls have turned out
--- to cost. Without it, or in a bucket that counts calls, the count stands.
--- Such a bucket also opens its burst as it learns: its burst is
--- burst × (1 − w/d), w the part of d that is still the prior (none
--- before the first settle), never less than the call's count; so calls
--- whose cost nobody knows yet start one after another at the rate, not
--- a burst's worth at once.
--- The reply carries its u, the net units settles have moved the bucket
--- by, for the caller to compare at the slot.
 -- KEYS[1]  the bucket's hash: a, f as above; g = "1" while guarded (only
 --          for a burst > 1); p = paused until (µs); s, c, t = the share,
 --          its ceiling (basis points) and the time (µs) of the last
 --          slow-down; e = the time (µs) the key's TTL reaches, as this
 --          script last set it; a1, f1, g1, a2, f2, g2, ... the further
 --          buckets
--- KEYS[2]  the key's learned estimate (n, d, u, w as above), in the same
---          hash slot; only read here
 -- The TTL is set half as long again as the booking needs, so that a busy
 -- key renews it once its bookings outgrow that, not with every call.
 -- ARGV     1 rl, 2 pr (the rate in lowest terms: rl units per pr µs),
 --          3 burst, 4 cost n, 5 max wait (µs), 6 "1" to reserve, "0" to
 --          peek, 7 now in µs or "" for the server's TIME (tests only),
---          8 the guard G (µs), 9 "1" to book the learned estimate, else
---          "0" (KEYS[2] is not read); then for each further bucket in fives:
---          rl, pr, burst, its count (n or 1), "1" if it counts cost (its
---          count is learned) else "0"
+--          8 the guard G (µs); then for each further bucket in fours:
+--          rl, pr, burst, its count (n or 1)
 -- Uses     prelude.lua (clock, int), throttle_book.lua (due, book, renew,
 --          paused_for, reserve_one)
 -- Returns  {taken (1/0), delay until the slot (µs), retry after (µs) when
 --          not taken, paused for (µs), a and f after the reservation (for
 --          cancelling it), the pr it was paced at, the share (basis
 --          points) and its ceiling (hundredths of a basis point: it creeps
---          by fractions of one), the slot (µs), the count booked, u (0 when
---          not learning)}; with
---          further buckets, then for each further bucket its a and f
---          after the reservation (0 and 0 when none was made), the pr it
---          was paced at and its count booked
+--          by fractions of one), the slot (µs)}; then for each further
+--          bucket its a and f after the reservation (0 and 0 when none
+--          was made) and the pr it was paced at
 local key = KEYS[1]
 local maxwait, reserve = tonumber(ARGV[5]), ARGV[6] == '1'
 local now, pad = clock(ARGV[7])
 local guard = tonumber(ARGV[8])
-local learn = ARGV[9] == '1'
 
--- One bucket and nothing learned, the common case.
-if #ARGV == 9 and not learn then
+-- One bucket, the common case.
+if #ARGV == 8 then
   return reserve_one(key, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), guard, maxwait, reserve, now, pad)
 end
 
 local b = {{rl = tonumber(ARGV[1]), pr = tonumber(ARGV[2]), burst = tonumber(ARGV[3]),
-            n = tonumber(ARGV[4]), learn = true, fa = 'a', ff = 'f', fg = 'g'}}
-for i = 10, #ARGV, 5 do
+            n = tonumber(ARGV[4]), fa = 'a', ff = 'f', fg = 'g'}}
+for i = 9, #ARGV, 4 do
   local k = #b
   b[k + 1] = {rl = tonumber(ARGV[i]), pr = tonumber(ARGV[i + 1]), burst = tonumber(ARGV[i + 2]),
-              n = tonumber(ARGV[i + 3]), learn = ARGV[i + 4] == '1', fa = 'a' .. k, ff = 'f' .. k, fg = 'g' .. k}
+              n = tonumber(ARGV[i + 3]), fa = 'a' .. k, ff = 'f' .. k, fg = 'g' .. k}
 end
-local learned = {}
-if learn then
-  learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'u', 'w')
-  -- the part of the ratio that settled calls taught (the rest is the
-  -- prior): 0 before the first settle
-  local known = 0
-  local r = 1
-  if learned[2] and tonumber(learned[2]) > 0 then
-    r = tonumber(learned[1]) / tonumber(learned[2])
-    known = math.max(0, 1 - tonumber(learned[4] or '0') / tonumber(learned[2]))
-  end
-  for _, x in ipairs(b) do
-    if x.learn then
-      x.n = math.max(1, math.min(x.burst, math.floor(x.n * r + 0.5)))
-      x.burst = math.max(x.n, math.floor(x.burst * known))
-    end
-  end
-end
-
 local fields = {'p', 's', 'c', 't', 'e'}
 for _, x in ipairs(b) do
   fields[#fields + 1] = x.fa
@@ -123,7 +83,7 @@ for i, x in ipairs(b) do
 end
 
 local function reply(taken, retry, booked)
-  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100), now + delay, b[1].n, tonumber(learned[3] or '0')}
+  local r = {taken, delay, retry, paused, 0, 0, b[1].pr, sh, math.floor(ceil * 100), now + delay}
   if booked then r[5], r[6] = b[1].at, b[1].frac end
   if #b > 1 then
     for i = 2, #b do
@@ -133,7 +93,7 @@ local function reply(taken, retry, booked)
       else
         r[#r + 1], r[#r + 2] = 0, 0
       end
-      r[#r + 1], r[#r + 2] = x.pr, x.n
+      r[#r + 1] = x.pr
     end
   end
   return r

@@ -12,48 +12,22 @@
 -- burst > 1 within G of full marks it guarded, as a booking would
 -- (throttle_reserve.lua). A bucket that counts calls is not sent.
 --
--- A settle of a key that learns (throttle.Limit.Learn) also teaches its
--- learned estimate, KEYS[2]: n and d,
--- the sums of the real and of the estimated costs of the calls settled,
--- each call's weight falling by 1/32 with every settle after it (about
--- the last 32 calls count), starting from 8 calls' worth of the first
--- call's estimate on both sides (a ratio of 1), and w, what is left of
--- that start in d; kept for an hour after the last settle. The reserve script books a call at its estimate times n/d.
--- Its field u counts the units that settles have moved the Limit's own
--- bucket by, net: a call booked ahead of its slot compares it at the slot
--- (throttle.Throttle.Await) and starts later by what settled since.
 -- KEYS[1]  the bucket's hash (see throttle_reserve.lua)
--- KEYS[2]  the key's learned estimate, in the same hash slot
 -- ARGV     1 now in µs or "" for the server's TIME (tests only), 2 the
---          guard G (µs), 3 the call's estimate ("" for a key that does
---          not learn), 4 its real cost, 5 its real cost less what it
---          booked in the Limit's own bucket; then for each bucket to
---          settle in fives: its index (0 for the
---          Limit's own, i for Also's i-th), rl, the pr the reservation
---          was paced at, burst, and the difference real - booked (not 0)
+--          guard G (µs); then for each bucket to settle in fives: its
+--          index (0 for the Limit's own, i for Also's i-th), rl, the pr
+--          the reservation was paced at, burst, and the difference
+--          real - booked (not 0)
 -- Uses     prelude.lua (int, clock, guard_of)
 -- Returns  the furthest TAT after settling, in µs from now (0: every
 --          bucket settled is empty, or none was sent)
 local key = KEYS[1]
 local now, pad = clock(ARGV[1])
 local guard = tonumber(ARGV[2])
-if ARGV[3] ~= '' then
-  local learned = redis.call('HMGET', KEYS[2], 'n', 'd', 'w')
-  local keep = 31 / 32
-  -- a key's first settle starts from 8 calls' worth at the estimate, so
-  -- that a few calls do not swing the ratio far
-  local prior = 8 * tonumber(ARGV[3])
-  local ln, ld = tonumber(learned[1] or prior) * keep, tonumber(learned[2] or prior) * keep
-  local lw = tonumber(learned[3] or prior) * keep
-  redis.call('HSET', KEYS[2], 'n', string.format('%.17g', ln + tonumber(ARGV[4])),
-             'd', string.format('%.17g', ld + tonumber(ARGV[3])), 'w', string.format('%.17g', lw))
-  if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[2], 'u', ARGV[5]) end
-  redis.call('PEXPIRE', KEYS[2], 3600000 + pad)
-end
-if #ARGV < 6 then return 0 end
+if #ARGV < 3 then return 0 end
 local fields = {'p', 'e'}
 local b = {}
-for i = 6, #ARGV, 5 do
+for i = 3, #ARGV, 5 do
   local k = ARGV[i]
   local x = {rl = tonumber(ARGV[i + 1]), pr = tonumber(ARGV[i + 2]), burst = tonumber(ARGV[i + 3]),
              d = tonumber(ARGV[i + 4]), fa = 'a', ff = 'f', fg = 'g'}

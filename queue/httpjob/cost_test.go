@@ -11,7 +11,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/clockhook"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -21,16 +20,16 @@ import (
 // job booked 100 units; the bucket then holds what the call used.
 func TestSettleFromResponse(t *testing.T) {
 	m := miniredis.RunT(t)
+	m.SetTime(time.UnixMicro(1_700_000_000_000_000)) // the scripts' clock stands still
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
-	now := time.UnixMicro(1_700_000_000_000_000)
-	th, err := throttle.New(c, clockhook.Set(&throttle.Options{}, func() time.Time { return now }))
+	th, err := throttle.New(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { th.Close() })
 
-	big := `{"pad":"` + strings.Repeat("x", queue.MaxCostBody) + `","usage":{"total_tokens":7}}`
+	big := `{"pad":"` + strings.Repeat("x", maxCostBody) + `","usage":{"total_tokens":7}}`
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/header", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Tokens-Used", "30")

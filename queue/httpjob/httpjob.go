@@ -169,7 +169,7 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	defer resp.Body.Close()
 	head := 512 // for the error
 	if len(target.CostFrom.JSON) > 0 {
-		head = queue.MaxCostBody
+		head = maxCostBody
 	}
 	var body []byte
 	if len(target.CostFrom.JSON) > 0 || resp.StatusCode < 200 || resp.StatusCode >= 300 {
@@ -220,9 +220,13 @@ func ReadCost(c queue.CostFrom, header http.Header, body []byte) (int64, bool) {
 	return 0, false
 }
 
+// maxCostBody is the most of a response body that a CostFrom of JSON
+// reads to find the cost: an LLM API's usage comes after its answer.
+const maxCostBody = 256 << 10
+
 // jsonCost walks d, at the start of a value, down path and reads the
 // number there. It decodes only what lies before the number, so that a
-// body cut at queue.MaxCostBody after it still serves.
+// body cut at maxCostBody after it still serves.
 func jsonCost(d *json.Decoder, path []string) (int64, bool) {
 	d.UseNumber()
 	for _, key := range path {

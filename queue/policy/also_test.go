@@ -14,7 +14,7 @@ import (
 )
 
 // TestAlso: a downstream's further limits, with their defaults, written
-// as a block list, a flow list, through an alias and with a merge key.
+// as a block list and a flow list.
 func TestAlso(t *testing.T) {
 	cfg := mustParse(t, doc(
 		"queue: {bound: 10}",
@@ -29,10 +29,10 @@ func TestAlso(t *testing.T) {
 		"        per: 24h",
 		"        burst: 90000",
 		"        counts: cost",
-		"      - &hourly {rate: 1000, per: 1h, burst: 100}",
+		"      - {rate: 1000, per: 1h, burst: 100}",
 		"  api:",
 		"    rate: 10",
-		"    also: [{rate: 2}, *hourly, {<<: *hourly, counts: calls}]",
+		"    also: [{rate: 2}, {rate: 1000, per: 1h, burst: 100}, {rate: 1000, per: 1h, burst: 100, counts: calls}]",
 		"  none:",
 		"    rate: 10",
 		"    also: []",

@@ -126,7 +126,7 @@ func parse(data []byte, file string) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, ErrorList{{Msg: fmt.Sprintf("the file is larger than %d bytes", MaxFileSize)}}.finish(file)
 	}
-	cfg, errs, _ := decode(data, max(nodeBudget, 2*len(data)))
+	cfg, errs := decode(data)
 	if len(errs) > 0 {
 		return nil, errs.finish(file)
 	}

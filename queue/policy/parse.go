@@ -2,7 +2,6 @@ package policy
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -22,17 +21,19 @@ import (
 )
 
 // A policy file is read in three steps. The YAML library parses it into a
-// tree of nodes. One pass over the tree (walk) follows aliases, expands
-// merge keys, checks each key against the yaml tags of the struct below
-// that it fills and each value against its Go type, fills the structs, and
-// notes every key and value by field path. Last, the checks of validate.go
-// make a Config of them, finding the place of each problem by its path.
+// tree of nodes. One pass over the tree (walk) checks each key against the
+// yaml tags of the struct below that it fills and each value against its
+// Go type, fills the structs, and notes every key and value by field path.
+// Last, the checks of validate.go make a Config of them, finding the place
+// of each problem by its path. Aliases and merge keys are refused where
+// they stand (noAlias, noMerge): each key and value is where it is
+// written, so every problem has the line of the text to change, and the
+// pass visits each node of the file once.
 
-// nodeBudget is the most keys and values the pass visits, each alias and
-// merge key expanded, so that a small file of aliases cannot make it slow.
-// A larger file gets two per byte: one without aliases never needs that
-// many.
-const nodeBudget = 1_000_000
+const (
+	noAlias = "aliases (*name) are not taken: write the value out"
+	noMerge = "merge keys (<<) are not taken: write the keys out"
+)
 
 // file is a policy file as written.
 type file struct {
@@ -135,11 +136,8 @@ type place struct {
 
 // parser reads one file, collecting its problems.
 type parser struct {
-	budget, visits int
-	over           *Error              // where the budget ran out
-	open           map[*yaml.Node]bool // the mappings being walked
-	keys           map[string]place    // by field path; "" for the document
-	errs           ErrorList
+	keys map[string]place // by field path; "" for the document
+	errs ErrorList
 }
 
 func (p *parser) add(n *yaml.Node, field string, cause error, format string, args ...any) {
@@ -148,17 +146,16 @@ func (p *parser) add(n *yaml.Node, field string, cause error, format string, arg
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// decode reads data, one YAML document, into a Config. The pass visits
-// at most budget keys and values; decode returns how many it visited.
-func decode(data []byte, budget int) (*Config, ErrorList, int) {
-	p := &parser{budget: budget, open: map[*yaml.Node]bool{}, keys: map[string]place{}}
+// decode reads data, one YAML document, into a Config.
+func decode(data []byte) (*Config, ErrorList) {
+	p := &parser{keys: map[string]place{}}
 	var doc, next yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	err := dec.Decode(&doc)
 	if err == nil {
 		if err = dec.Decode(&next); err == nil {
 			p.add(next.Content[0], "", nil, "a policy file holds one YAML document; remove the second one (after ---)")
-			return nil, p.errs, 0
+			return nil, p.errs
 		}
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -168,46 +165,32 @@ func decode(data []byte, budget int) (*Config, ErrorList, int) {
 			msg = m[2]
 		}
 		p.add(at, "", err, "not valid YAML: %s", msg)
-		return nil, p.errs, 0
+		return nil, p.errs
 	}
 	if len(doc.Content) == 0 || doc.Content[0].ShortTag() == "!!null" {
 		p.add(&yaml.Node{Line: 1}, "queue.bound", nil, "required; the file is empty or null")
-		return nil, p.errs, 0
+		return nil, p.errs
 	}
 	root := doc.Content[0]
 	p.keys[""] = place{key: root, val: root}
 	var f file
-	ok := p.walk(root, reflect.ValueOf(&f).Elem(), "")
-	switch {
-	case p.over != nil:
-		return nil, ErrorList{p.over}, p.visits
-	case !ok:
-		return nil, p.errs, p.visits
+	if !p.walk(root, reflect.ValueOf(&f).Elem(), "") {
+		return nil, p.errs
 	}
 	cfg := p.config(&f)
 	if len(p.errs) > 0 {
-		return nil, p.errs, p.visits
+		return nil, p.errs
 	}
-	return cfg, nil, p.visits
-}
-
-// visit counts one key or value; false once the budget is spent.
-func (p *parser) visit(n *yaml.Node, path string) bool {
-	if p.over == nil {
-		if p.visits++; p.visits > p.budget {
-			p.over = &Error{Line: max(n.Line, 1), Column: n.Column, Field: path,
-				Msg: "the file is too large once its aliases and merge keys are expanded"}
-		}
-	}
-	return p.over == nil
+	return cfg, nil
 }
 
 // walk checks n, the value at path, and fills v with it: entries, a list,
-// a struct or a leaf (see scalar). Aliases are followed, merge keys
-// expanded, and only the keys that v has are taken, each once. It returns
-// false when n cannot be used, the problem reported.
+// a struct or a leaf (see scalar). Only the keys that v has are taken,
+// each once. It returns false when n cannot be used, the problem
+// reported.
 func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
-	if n = p.deref(n, path, "an alias names a mapping or list that contains it"); n == nil || !p.visit(n, path) {
+	if n.Kind == yaml.AliasNode {
+		p.add(n, path, nil, noAlias)
 		return false
 	}
 	if raw, ok := v.Addr().Interface().(*rawNode); ok {
@@ -227,13 +210,11 @@ func (p *parser) walk(n *yaml.Node, v reflect.Value, path string) bool {
 		p.add(n, path, nil, "must be a mapping of keys to values, got %s", describe(n))
 		return false
 	}
-	p.open[n] = true
-	defer delete(p.open, n)
 	var known []string
 	for i := 0; !isEntries && i < t.NumField(); i++ {
 		known = append(known, t.Field(i).Tag.Get("yaml"))
 	}
-	for _, pr := range p.pairs(n, path, "") {
+	for _, pr := range p.pairs(n, path) {
 		field, i := join(path, pr.name), slices.Index(known, pr.name)
 		var fv reflect.Value
 		switch {
@@ -286,21 +267,15 @@ type pair struct {
 	key, val *yaml.Node
 }
 
-// pairs returns the keys of the mapping n with their values: its own, then
-// those that its merge keys (<<) bring in (a mapping or a list of them) and
-// it does not have, the first merged winning. A key given twice is reported, in the words of in for a
-// mapping that a merge key brings in.
-func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
+// pairs returns the keys of the mapping n with their values. A key given
+// twice, or a merge key, is reported and left out.
+func (p *parser) pairs(n *yaml.Node, path string) []pair {
 	var out []pair
-	var merges []*yaml.Node
 	lines := map[string]int{} // where each name is first written
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if !p.visit(k, path) {
-			return nil
-		}
 		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
-			merges = append(merges, v)
+			p.add(k, path, nil, noMerge)
 			continue
 		}
 		name, ok := p.keyName(k, path)
@@ -308,57 +283,21 @@ func (p *parser) pairs(n *yaml.Node, path, in string) []pair {
 			continue
 		}
 		if line, dup := lines[name]; dup {
-			p.add(k, join(path, name), nil, "defined twice%s: first at line %d, again at line %d", in, line, k.Line)
+			p.add(k, join(path, name), nil, "defined twice: first at line %d, again at line %d", line, k.Line)
 			continue
 		}
 		lines[name] = k.Line
 		out = append(out, pair{name, k, v})
 	}
-	const loop = "a merge key (<<) merges a mapping into itself"
-	for _, m := range merges {
-		items, where := []*yaml.Node{m}, ""
-		if d := p.deref(m, path, loop); d == nil {
-			continue
-		} else if d.Kind == yaml.SequenceNode {
-			items, where = d.Content, " in the list"
-		}
-		for _, it := range items {
-			switch src := p.deref(it, path, loop); {
-			case src == nil:
-			case src.Kind != yaml.MappingNode:
-				p.add(it, path, nil, "a merge key (<<) takes a mapping or a list of mappings, got %s%s", describe(src), where)
-			default:
-				p.open[src] = true
-				for _, pr := range p.pairs(src, path, " in a merged mapping") {
-					if _, seen := lines[pr.name]; !seen {
-						lines[pr.name] = pr.key.Line
-						out = append(out, pr)
-					}
-				}
-				delete(p.open, src)
-			}
-		}
-	}
 	return out
-}
-
-// deref follows an alias. It returns nil, reporting msg, for an alias that
-// names a mapping being walked: its expansion would never end.
-func (p *parser) deref(n *yaml.Node, path, msg string) *yaml.Node {
-	if n.Kind != yaml.AliasNode || n.Alias == nil {
-		return n
-	}
-	if p.open[n.Alias] {
-		p.add(n, path, nil, "%s", msg)
-		return nil
-	}
-	return n.Alias
 }
 
 // keyName returns the text of a mapping key.
 func (p *parser) keyName(k *yaml.Node, path string) (string, bool) {
-	v := cmp.Or(k.Alias, k) // Alias is nil but in an alias
+	v := k
 	switch {
+	case v.Kind == yaml.AliasNode:
+		p.add(k, path, nil, noAlias)
 	case v.Kind != yaml.ScalarNode:
 		p.add(k, path, nil, "keys must be plain values, got %s", describe(v))
 	case v.ShortTag() == "!!null":

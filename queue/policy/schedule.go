@@ -274,19 +274,16 @@ func (p *parser) cron(n *yaml.Node, expr, path string) cron.Schedule {
 }
 
 // payload reads a job's payload, any YAML value, as the value that
-// encoding/json writes: mappings (merge keys expanded, keys plain
-// values, each once), lists and scalars. Aliases count against the
-// file's budget, as elsewhere.
+// encoding/json writes: mappings (keys plain values, each once), lists
+// and scalars.
 func (p *parser) payload(n *yaml.Node, path string) (any, bool) {
-	if n = p.deref(n, path, "an alias names a mapping or list that contains it"); n == nil || !p.visit(n, path) {
-		return nil, false
-	}
 	switch n.Kind {
+	case yaml.AliasNode:
+		p.add(n, path, nil, noAlias)
+		return nil, false
 	case yaml.MappingNode:
-		p.open[n] = true
-		defer delete(p.open, n)
 		m := map[string]any{}
-		for _, pr := range p.pairs(n, path, "") {
+		for _, pr := range p.pairs(n, path) {
 			v, ok := p.payload(pr.val, join(path, pr.name))
 			if !ok {
 				return nil, false

@@ -234,9 +234,9 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 	} else if n != nil {
 		d.Limit.MaxWait = time.Duration(df.MaxWait)
 	}
-	// guard: absent for throttle.DefaultGuard, 0s for none.
+	// guard: absent or 0s for none.
 	if inRange(p, path+".guard", df.Guard, 0, MaxDuration) {
-		d.Limit.Guard = cmp.Or(df.Guard, -1)
+		d.Limit.Guard = df.Guard
 	}
 	inRange(p, path+".concurrency", df.Concurrency, 0, 1_000_000)
 	inRange(p, path+".lease", df.Lease, throttle.MinLease, MaxDuration)
@@ -259,8 +259,6 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 			p.add(n, path+".cost_from", err, "%s", strings.TrimPrefix(err.Error(), queue.ErrCostFrom.Error()+": "))
 		}
 		d.CostFrom = cf
-		// Calls settled to their real cost teach the bucket what to book.
-		d.Limit.Learn = !cf.IsZero()
 	}
 	if df.Concurrency > 0 {
 		d.Concurrency = &throttle.Concurrency{Name: name, Max: df.Concurrency, Lease: cmp.Or(df.Lease, throttle.DefaultLease)}

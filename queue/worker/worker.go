@@ -322,7 +322,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	if w.watch, err = redisconn.NewWatch(client, o.RedisCheckEvery, queue.DefaultMemoryHeadroom, w.log, w.reg); err != nil {
 		return err
 	}
-	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.Fallback, Metrics: thMetrics, Logger: w.log, Subscribe: true})
+	w.th, err = throttle.New(client, &throttle.Options{Fallback: o.Fallback, Metrics: thMetrics, Logger: w.log})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/clockhook"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -14,14 +16,18 @@ import (
 func TestMain(m *testing.M) { redistest.Main(m) }
 
 // shopSlots books calls slots of one per-tenant key at Shopify's rate (2
-// a second) with the given burst and guard (throttle.Limit.Guard), through throttle's reserve script on a
-// real redis-server, every booking made at the same instant of the
-// scripts' clock (set through internal/clockhook), as a backlog of a tenant's jobs does when
-// the workers start. It returns each slot's offset from that instant.
+// a second) with the given burst and guard (throttle.Limit.Guard), through
+// throttle's reserve script on a miniredis whose clock stands still, every
+// booking made at the same instant, as a backlog of a tenant's jobs does
+// when the workers start. It returns each slot's offset from that instant.
 func shopSlots(t *testing.T, burst int64, guard time.Duration, calls int) []time.Duration {
 	t.Helper()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	th, err := throttle.New(redistest.Shared(t), clockhook.Set(&throttle.Options{Prefix: redistest.KeyPrefix(t) + "th"}, func() time.Time { return t0 }))
+	m := miniredis.RunT(t)
+	m.SetTime(t0)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer client.Close()
+	th, err := throttle.New(client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +87,13 @@ func TestBurstIsTheAPIsBucketExactly(t *testing.T) {
 // assumed. A lag the same for every call (a constant latency, or the API's
 // clock off Redis's) costs nothing; a burst one below the API's bucket
 // absorbs any lag spread under one interval (500 ms), and sluice's guard
-// (throttle.Limit.Guard, 250 ms by default) any under the guard.
+// (throttle.Limit.Guard, 250 ms in this benchmark's policy) any under
+// the guard.
 func TestSwitchRefusalIsLagSpread(t *testing.T) {
 	for _, c := range []struct {
 		name               string
 		burst              int64
-		guard              time.Duration // throttle.Limit.Guard; -1 none
+		guard              time.Duration // throttle.Limit.Guard; 0 or negative: none
 		burstLag, pacedLag time.Duration
 		wantRefused        []int // the calls refused, from 1
 		wantOverflow       time.Duration
@@ -97,8 +104,8 @@ func TestSwitchRefusalIsLagSpread(t *testing.T) {
 			wantRefused: []int{41}, wantOverflow: 4 * time.Millisecond},
 		{name: "burst 39, burst 5ms late, paced 1ms", burst: 39, guard: -1, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
 		{name: "burst 39, burst 400ms late, paced 0", burst: 39, guard: -1, burstLag: 400 * time.Millisecond},
-		{name: "burst 40 and the guard, burst 5ms late, paced 1ms", burst: 40, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
-		{name: "burst 40 and the guard, burst 301ms late, paced 1ms", burst: 40, burstLag: 301 * time.Millisecond, pacedLag: time.Millisecond,
+		{name: "burst 40 and the guard, burst 5ms late, paced 1ms", burst: 40, guard: sluiceGuard, burstLag: 5 * time.Millisecond, pacedLag: time.Millisecond},
+		{name: "burst 40 and the guard, burst 301ms late, paced 1ms", burst: 40, guard: sluiceGuard, burstLag: 301 * time.Millisecond, pacedLag: time.Millisecond,
 			wantRefused: []int{41}, wantOverflow: 50 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {

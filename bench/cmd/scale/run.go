@@ -405,12 +405,19 @@ func (o options) policyYAML(c scaleCase, url string, jobs int) string {
 	fmt.Fprintf(&b, "queue:\n  name: scale\n  bound: %d\n  shards: %d\n  prefetch: %d\ndownstreams:\n  api:\n    base_url: %s/t/\n",
 		bound, shards, 2*o.workers*c.conc, url)
 	if c.api.mode == modeGlobal {
-		fmt.Fprintf(&b, "    rate: %d\n    per: 1s\n    burst: %d\n", c.api.rate, c.api.capacity)
+		fmt.Fprintf(&b, "    rate: %d\n    per: 1s\n    burst: %d\n    guard: %v\n", c.api.rate, c.api.capacity, sluiceGuard)
 	} else {
-		fmt.Fprintf(&b, "    rate: %d\n    per: 1s\n    burst: %d\n    per_tenant: true\n", shopRate, o.sluiceBurst)
+		fmt.Fprintf(&b, "    rate: %d\n    per: 1s\n    burst: %d\n    guard: %v\n    per_tenant: true\n", shopRate, o.sluiceBurst, sluiceGuard)
 	}
 	return b.String()
 }
+
+// sluiceGuard is the policy's guard (throttle.Limit.Guard): the API
+// meters each call at arrival with a bucket the size of sluice's burst,
+// and the burst's calls, sent in the workers' start-up rush, reach it
+// later than the paced calls after them (docs/throttle.md, Burst and the
+// guard).
+const sluiceGuard = 250 * time.Millisecond
 
 // peerConfig is a peer's worker for case c: the recipe's limiter at the
 // quota the API enforces (per tenant, or one global key), or at the

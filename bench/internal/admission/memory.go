@@ -29,9 +29,8 @@ type KeyMemory struct {
 // milliseconds of its call: a bucket key whose one call of cost 1 left it
 // one emission interval from full has a TTL of just that interval (1ms at
 // 1000/s) under sluice's server clock, and redis_rate's a second. Measure
-// sluice's buckets on the host's clock (set through internal/clockhook;
-// keys then live an hour longer; the state stored is the same) or they
-// may be gone already.
+// sluice's buckets at a rate an hour (memoryTargets: the state stored is
+// the same) or they may be gone already.
 func MeasureKeyMemory(ctx context.Context, client *redis.Client, t Target, ids []string) (KeyMemory, error) {
 	if len(ids) == 0 {
 		return KeyMemory{}, fmt.Errorf("no ids")

@@ -10,10 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/bench/internal/redisinfo"
 	"github.com/sluicehq/sluice/bench/internal/sysstat"
-	"github.com/sluicehq/sluice/internal/clockhook"
 )
 
 // Config configures RunSuite. Zero fields take the defaults in brackets.
@@ -226,9 +224,9 @@ func RunSuite(ctx context.Context, client *redis.Client, cfg Config) (*Report, e
 	}
 
 	memIDs := KeyIDs(cfg.MemoryKeys)
-	// The same policies and scripts, but decided on the client's clock, so
-	// that the bucket keys outlive their 1ms TTL; see MeasureKeyMemory.
-	memTargets, err := Targets(client, clockhook.Set(&algorithms.RedisOptions{Prefix: "bench:mem"}, time.Now))
+	// The same scripts, over an hour rather than a second, so that the
+	// bucket keys outlive a millisecond's TTL; see MeasureKeyMemory.
+	memTargets, err := memoryTargets(client)
 	if err != nil {
 		return nil, err
 	}

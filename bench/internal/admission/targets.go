@@ -106,6 +106,21 @@ func Targets(client *redis.Client, opts *algorithms.RedisOptions) ([]Target, err
 	return append(ts, Baseline(client, DefaultLimit, DefaultPeriod)), nil
 }
 
+// memoryTargets are Targets' algorithms at DefaultLimit an hour, with
+// redis_rate's baseline as in Targets: the keys they store hold the same
+// fields as at a second, and live long enough to be measured.
+func memoryTargets(client *redis.Client) ([]Target, error) {
+	var ts []Target
+	for _, alg := range algorithms.Algorithms {
+		t, err := Sluice(client, alg, DefaultLimit, time.Hour, &algorithms.RedisOptions{Prefix: "bench:mem"})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", alg, err)
+		}
+		ts = append(ts, t)
+	}
+	return append(ts, Baseline(client, DefaultLimit, DefaultPeriod)), nil
+}
+
 // KeyIDs returns n distinct limited keys, shaped like tenant ids.
 func KeyIDs(n int) []string {
 	ids := make([]string, n)
