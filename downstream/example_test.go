@@ -87,13 +87,13 @@ func ExampleParseFeedback() {
 	h := http.Header{}
 	h.Set("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat))
 	fb := downstream.ParseFeedback(http.StatusTooManyRequests, h, now)
-	fmt.Println(fb.Limited, fb.RetryAfter)
+	fmt.Printf("%q %v\n", fb.Refused, fb.RetryAfter)
 
 	// A 200 with the IETF RateLimit field: nothing left for 12 seconds.
 	h = http.Header{}
 	h.Set("RateLimit", `"default";r=0;t=12`)
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Remaining, fb.Reset)
+	fmt.Printf("%q %d %v\n", fb.Refused, fb.Remaining, fb.Reset)
 
 	// GitHub-style X-RateLimit fields with an epoch reset.
 	h = http.Header{}
@@ -101,16 +101,26 @@ func ExampleParseFeedback() {
 	h.Set("X-RateLimit-Remaining", "4999")
 	h.Set("X-RateLimit-Reset", fmt.Sprint(now.Add(time.Hour).Unix()))
 	fb = downstream.ParseFeedback(http.StatusOK, h, now)
-	fmt.Println(fb.Limited, fb.Remaining, fb.Reset)
+	fmt.Printf("%q %d %v\n", fb.Refused, fb.Remaining, fb.Reset)
 
 	// A 429 that says nothing.
 	fb = downstream.ParseFeedback(http.StatusTooManyRequests, http.Header{}, now)
-	fmt.Println(fb.Limited, fb.HasRetryAfter, fb.Remaining)
+	fmt.Printf("%q %v %d\n", fb.Refused, fb.HasRetryAfter, fb.Remaining)
+
+	// OpenAI: one request left of 60 a minute, the bucket full again in
+	// 6 minutes, refilling steadily: the next unit comes in 6s, not 6m.
+	h = http.Header{}
+	h.Set("X-Ratelimit-Limit-Requests", "60")
+	h.Set("X-Ratelimit-Remaining-Requests", "0")
+	h.Set("X-Ratelimit-Reset-Requests", "6m0s")
+	fb = downstream.ParseFeedback(http.StatusOK, h, now)
+	fmt.Println(fb.Remaining, fb.Reset, fb.Full, fb.Next())
 	// Output:
-	// true 1m30s
-	// false 0 12s
-	// false 4999 1h0m0s
-	// true false -1
+	// "rate" 1m30s
+	// "" 0 12s
+	// "" 4999 1h0m0s
+	// "rate" false -1
+	// 0 6m0s true 6s
 }
 
 // PauseOf is the pause Transport takes after a response: what it asks

@@ -23,6 +23,10 @@ const (
 	DefaultBackoff = time.Second
 	// DefaultMaxPause caps any pause a downstream asks for.
 	DefaultMaxPause = 10 * time.Minute
+	// ConcurrencyBackoff is the pause after a concurrency refusal that
+	// says nothing of when to come back: long enough for a call in flight
+	// to end, short enough to cost the rate nothing.
+	ConcurrencyBackoff = 100 * time.Millisecond
 )
 
 // MaxResponseHeaderBytes is how much of a response's header the
@@ -218,26 +222,65 @@ func codeLabel(status int) string {
 }
 
 // PauseOf is how long the Transport pauses the fleet after resp, from what
-// ParseFeedback reads in it: for a response refused for its rate
-// (Limited), RetryAfter when above 0 (0 would retry in a hot loop), else
-// Reset when Remaining is 0, else DefaultBackoff; for any other, Reset
-// when Remaining is 0 (the next call would be refused), DefaultBackoff for
-// a 503, else 0. At most DefaultMaxPause.
+// ParseFeedback reads in it (pauseFor has the rule). At most
+// DefaultMaxPause.
 func PauseOf(resp *http.Response) time.Duration {
-	return pauseAt(resp.StatusCode, resp.Header, time.Now())
+	d, _ := pauseFor(ParseFeedback(resp.StatusCode, resp.Header, time.Now()))
+	return d
 }
 
-// pauseAt is PauseOf at time now.
+// pauseAt is PauseOf of a response of status and h at time now.
 func pauseAt(status int, h http.Header, now time.Time) time.Duration {
-	f := ParseFeedback(status, h, now)
+	d, _ := pauseFor(ParseFeedback(status, h, now))
+	return d
+}
+
+// pauseFor is the pause after a response of feedback f, at most
+// DefaultMaxPause, and whether it steps the fleet's pace down (only a
+// rate refusal does):
+//
+//   - a rate refusal: RetryAfter when above 0 (0 would retry in a hot
+//     loop), else the time until the quotas at 0 free a unit (f.Next: a
+//     reset that means "full again" reads as Reset/Limit, not as Reset),
+//     else the vendor's guidance: GitHub's minute for a secondary limit
+//     that says nothing, DefaultBackoff (no longer than the reset of a
+//     quota at 0 that refills steadily) for the others;
+//   - a concurrency refusal: RetryAfter, else f.Next or
+//     ConcurrencyBackoff, the longer;
+//   - an overload (503, 529): RetryAfter, else f.Next or DefaultBackoff,
+//     the longer;
+//   - any other response: f.Next, the time until a quota the response
+//     leaves at 0 frees a unit.
+func pauseFor(f Feedback) (time.Duration, bool) {
 	var d time.Duration
-	switch {
-	case f.Limited && f.RetryAfter > 0:
-		d = f.RetryAfter
-	case f.Remaining == 0 && f.Reset > 0:
-		d = f.Reset
-	case f.Limited || status == http.StatusServiceUnavailable:
-		d = DefaultBackoff
+	switch f.Refused {
+	case RateRefused:
+		d = cmp.Or(f.RetryAfter, f.Next(), guidance(f))
+	case ConcurrencyRefused:
+		d = cmp.Or(f.RetryAfter, max(f.Next(), ConcurrencyBackoff))
+	case Overloaded:
+		d = cmp.Or(f.RetryAfter, max(f.Next(), DefaultBackoff))
+	default:
+		d = f.Next()
 	}
-	return min(d, DefaultMaxPause)
+	return min(d, DefaultMaxPause), f.Refused == RateRefused
+}
+
+// guidance is the wait after a rate refusal that states no wait of its
+// own (pauseFor).
+func guidance(f Feedback) time.Duration {
+	if f.Resource != "" && !f.HasRetryAfter && f.Remaining != 0 {
+		// GitHub's secondary limits: "wait for at least one minute".
+		return time.Minute
+	}
+	var full time.Duration
+	for _, q := range f.Quotas() {
+		if q.Remaining == 0 && q.Full {
+			full = max(full, q.Reset)
+		}
+	}
+	if full > 0 {
+		return min(full, DefaultBackoff)
+	}
+	return DefaultBackoff
 }
