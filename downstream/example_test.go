@@ -18,8 +18,10 @@ import (
 // An http.Client whose Transport takes a fleet-wide throttle slot before
 // each request, against the fake API of package downstreamtest. When the
 // API answers 429 with "Retry-After: 30", the Transport pauses the key for
-// every worker sharing the Redis, and the next request fails at once with
-// a *throttle.TooFarError instead of reaching the API. The throttle decides
+// every worker sharing the Redis, and the next request does not reach the
+// API: it gets a 429 of sluice's own at once (Sluice-Refusal: too-far,
+// and x-should-retry: false for an SDK), and OwnRefusal gives its
+// *throttle.TooFarError. The throttle decides
 // on the Redis server's clock, which the embedded Redis holds still, so
 // the pause reads exactly 30s.
 func ExampleTransport() {
@@ -47,13 +49,14 @@ func ExampleTransport() {
 	}}
 	get := func() {
 		resp, err := client.Get(api.URL() + "/orders")
-		var far *throttle.TooFarError
-		switch {
-		case errors.As(err, &far): // through the *url.Error of the client
-			fmt.Printf("not sent: %s paused %v more\n", far.Key, far.Paused)
-			return
-		case err != nil:
+		if err != nil {
 			panic(err)
+		}
+		var far *throttle.TooFarError
+		if errors.As(downstream.OwnRefusal(resp), &far) {
+			fmt.Printf("not sent (%s): %s paused %v more\n", resp.Header.Get(downstream.RefusalHeader), far.Key, far.Paused)
+			resp.Body.Close()
+			return
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -74,7 +77,7 @@ func ExampleTransport() {
 	// 200 OK
 	// 200 OK
 	// 429 Too Many Requests Retry-After: 30
-	// not sent: orders-api paused 30s more
+	// not sent (too-far): orders-api paused 30s more
 	// the API saw 3 calls
 }
 
