@@ -48,6 +48,10 @@ type Downstream struct {
 	// CostFrom, when set, is where the built-in HTTP job reads the call's
 	// real cost in the response, to settle its slot (Settle).
 	CostFrom CostFrom
+	// Headroom, from 0 to 0.9, is the share of the quota the API reports
+	// that the built-in HTTP job's bucket leaves to the quota's other
+	// clients (downstream.Transport.Headroom); 0 leaves none.
+	Headroom float64
 }
 
 // DefaultMaxRefusals is a Downstream's MaxRefusals unless it sets one:

@@ -166,7 +166,8 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)
-	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
+	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics,
+		Headroom: target.Headroom}
 	resp, err := tr.RoundTrip(hr)
 	if err != nil {
 		// The URL may carry credentials: say only where it went.

@@ -68,6 +68,7 @@ type downstreamFile struct {
 	Headers     entries[string] `yaml:"headers"`
 	MaxRefusals int64           `yaml:"max_refusals"`
 	CostFrom    string          `yaml:"cost_from"`
+	Headroom    string          `yaml:"headroom"`
 }
 
 type rateFile struct {
