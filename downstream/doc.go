@@ -18,9 +18,8 @@
 // # SDKs
 //
 // Give the SDK an *http.Client whose Transport is a Transport:
-// openai.NewClient(option.WithHTTPClient(c)), anthropic.NewClient(
-// option.WithHTTPClient(c)), stripe's client.New with
-// stripe.BackendConfig{HTTPClient: c}, github.NewClient(c). Every request
+// option.WithHTTPClient(c) for openai-go and anthropic-sdk-go, the
+// HTTPClient of stripe-go's stripe.BackendConfig, github.NewClient(c). Every request
 // the SDK sends takes its own slot, its retries too, so none can skip
 // the bucket or a pause. sluice's own refusals (a slot further away than
 // Limit.MaxWait, every concurrency lease held, Redis unreachable) come
@@ -37,8 +36,8 @@
 // wait, fleet-wide, for that reset. Switch it off, passing each call a
 // context with github.BypassRateLimitCheck set to true, and let the
 // Transport pace the calls: it reads GitHub's epoch reset, its
-// secondary limits (Retry-After, or a minute when a 403 or 429 says
-// nothing) and X-RateLimit-Resource. With go-github's limiter left on,
+// secondary limits (Retry-After, or a minute when a 429 says nothing)
+// and X-RateLimit-Resource. With go-github's limiter left on,
 // the two combine only in that go-github fails the calls sluice would
 // have delayed.
 //
