@@ -66,6 +66,9 @@ type Request struct {
 // queue:
 //
 //   - 2xx: done;
+//   - a 429 for calls in flight (Stripe's *-concurrency): the job is
+//     rescheduled after downstream.ConcurrencyBackoff, spending no retry
+//     and not counted as a refusal;
 //   - 429, 503 or 529: the downstream is paused fleet-wide (by
 //     Retry-After, or the vendor's fields, or downstream.DefaultBackoff;
 //     downstream.Transport has the rule) and the job
@@ -174,6 +177,11 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		return fmt.Errorf("sluice: %s job %s to %s: %w", Type, job.ID, hr.URL.Host, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
+	if err := downstream.OwnRefusal(resp); err != nil {
+		// sluice's refusal, not the downstream's: a slot too far or every
+		// lease held puts the job back for that time, spending no retry.
+		return err
+	}
 	head := 512 // for the error
 	if len(target.CostFrom.JSON) > 0 {
 		head = queue.MaxCostBody
@@ -197,6 +205,10 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
+	case downstream.ParseFeedback(code, resp.Header, time.Now()).Refused == downstream.ConcurrencyRefused:
+		// Too many calls in flight, not too fast: again after the short
+		// back-off, not counted against max_refusals.
+		return queue.Reschedule(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s: too many calls in flight", code, hr.URL.Host))
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == 529:
 		// Again when the pause the Transport set for the fleet ends (PauseOf
 		// is never 0 for a 429 or 503).

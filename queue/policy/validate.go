@@ -371,4 +371,3 @@ func (p *parser) tenant(tf *tenantFile, id, path string) Tenant {
 	t.Policy = &pol
 	return t
 }
-
