@@ -322,3 +322,26 @@ func FuzzParseFeedback(f *testing.F) {
 		}
 	})
 }
+
+// FuzzGraphQLCost: whatever the body, a throttle status read is a quota
+// within bounds, refilling to full: never a stall.
+func FuzzGraphQLCost(f *testing.F) {
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":954,"restoreRate":50.0}}}}`))
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1e300,"currentlyAvailable":0,"restoreRate":1e-300}}}}`))
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":-1,"currentlyAvailable":-5,"restoreRate":0}}}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		q, ok := GraphQLCost(body)
+		if !ok {
+			if q != (Quota{}) {
+				t.Fatalf("GraphQLCost(%q) = %+v with ok=false", body, q)
+			}
+			return
+		}
+		checkBounded(t, "Reset", q.Reset)
+		checkBounded(t, "Next", q.Next())
+		if q.Limit < 1 || q.Remaining < 0 || q.Remaining > q.Limit || !q.Full || q.Reset%time.Millisecond != 0 {
+			t.Fatalf("GraphQLCost(%q) = %+v", body, q)
+		}
+	})
+}
