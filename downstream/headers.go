@@ -2,6 +2,7 @@ package downstream
 
 import (
 	"cmp"
+	"encoding/json"
 	"maps"
 	"math"
 	"net/http"
@@ -18,25 +19,148 @@ import (
 // MaxStatedDuration. 31 days keeps a monthly quota's reset intact.
 const MaxStatedDuration = 31 * 24 * time.Hour
 
-// Feedback is what one HTTP response says about the caller's rate limit:
-// what sluice needs to decide a pause.
+// Refusal says why a response refused its call.
+type Refusal uint8
+
+const (
+	// NotRefused: the response did not refuse the call for its rate, its
+	// concurrency or the downstream's load (it may have failed otherwise).
+	NotRefused Refusal = iota
+	// RateRefused: the call went over the caller's rate quota: status
+	// 429; or 403 with Retry-After or with a remaining quota of 0, as
+	// GitHub answers an exhausted limit.
+	RateRefused
+	// ConcurrencyRefused: the call went over a cap on the caller's calls
+	// in flight, not over its rate: a 429 whose Stripe-Rate-Limited-Reason
+	// is global-concurrency or endpoint-concurrency. Fewer calls in
+	// flight help; a slower rate does not.
+	ConcurrencyRefused
+	// Overloaded: the downstream turned the call away for its own load,
+	// whoever called: 503, or Anthropic's 529. The call cost no quota.
+	Overloaded
+)
+
+// String names the refusal as the metrics label it: "", "rate",
+// "concurrency", "overload".
+func (r Refusal) String() string {
+	switch r {
+	case RateRefused:
+		return "rate"
+	case ConcurrencyRefused:
+		return "concurrency"
+	case Overloaded:
+		return "overload"
+	}
+	return ""
+}
+
+// Units a Quota may count, as the vendors name them.
+const (
+	UnitRequests     = "requests"
+	UnitTokens       = "tokens"
+	UnitInputTokens  = "input-tokens"
+	UnitOutputTokens = "output-tokens"
+)
+
+// Quota is one quota a response states: a count of units left, of a
+// limit, until a reset.
+type Quota struct {
+	// Unit is what the quota counts when the vendor names it
+	// (UnitRequests, UnitTokens, UnitInputTokens, UnitOutputTokens); ""
+	// for a family whose quotas count unnamed units (requests, mostly).
+	Unit string
+	// Limit is the quota's size, -1 when unknown (or absurd: 0, or below
+	// Remaining).
+	Limit int64
+	// Remaining is the units left, -1 when unknown.
+	Remaining int64
+	// Reset is the time until the quota resets, 0 when unknown.
+	Reset time.Duration
+	// Full reports that Reset is the time until the quota is whole again,
+	// refilling steadily from the level stated (OpenAI, Azure OpenAI,
+	// Anthropic, Shopify's leaky bucket): a quota at 0 frees its next unit
+	// in about Reset/Limit. False: Reset is the end of a window (GitHub,
+	// Twitter, the RateLimit fields, which tell a client not to assume the
+	// whole quota back even then), and a quota at 0 frees nothing before.
+	Full bool
+}
+
+// Next is how long until q frees its next unit: 0 while units are left
+// or nothing is known; for a quota at 0, Reset/Limit (rounded up to a
+// millisecond) when Full and Limit is known, else Reset.
+func (q Quota) Next() time.Duration {
+	switch {
+	case q.Remaining != 0 || q.Reset <= 0:
+		return 0
+	case q.Full && q.Limit > 0:
+		return ceilDuration(q.Reset / time.Duration(q.Limit))
+	case q.Full:
+		return 0 // steady, at a rate nobody said: the bucket paces it
+	}
+	return q.Reset
+}
+
+// maxQuotas is the most quotas a Feedback keeps: one per unit a vendor
+// names (Anthropic names four).
+const maxQuotas = 4
+
+// Feedback is what one HTTP response says about the caller's limits:
+// what sluice needs to decide a pause and to follow the API's own count.
+// Feedback values compare with ==.
 type Feedback struct {
-	// Limited reports a response that refused the call for its rate:
-	// status 429; 503 with Retry-After; or 403 with Retry-After or with a
-	// remaining quota of 0, as GitHub answers an exhausted limit.
-	Limited bool
-	// RetryAfter is the wait that Retry-After asks for (a date already
-	// past reads as 0); HasRetryAfter reports a valid Retry-After.
+	// Refused says why the response refused its call, if it did.
+	Refused Refusal
+	// RetryAfter is the wait the response asks for: retry-after-ms
+	// (OpenAI's, in milliseconds) when valid, else Retry-After (a date
+	// already past reads as 0); HasRetryAfter reports either.
 	RetryAfter    time.Duration
 	HasRetryAfter bool
-	// Remaining is the units left in the current window, -1 when unknown;
-	// Reset the time until the quota refills, 0 when unknown.
+	// Remaining, Limit, Reset and Full are those of the most restrictive
+	// of the quotas the response states (Quotas): the least remaining,
+	// then the longest reset. -1, -1, 0 when none is stated.
 	Remaining int64
+	Limit     int64
 	Reset     time.Duration
+	Full      bool
+	// Resource is GitHub's X-RateLimit-Resource ("core", "search",
+	// "graphql"): the quota the call counted against; "" when absent or
+	// not a short name.
+	Resource string
+	// ConcurrencyReason and RateReason are a Stripe-Rate-Limited-Reason
+	// read: see Refused.
+
+	quotas [maxQuotas]Quota
+	nq     uint8
+}
+
+// Quotas returns the quotas the response states, at most one per Unit
+// (the most restrictive of a unit's), in the family's order.
+func (f Feedback) Quotas() []Quota { return f.quotas[:f.nq] }
+
+// Quota returns the quota stated for unit, false when none is.
+func (f Feedback) Quota(unit string) (Quota, bool) {
+	for _, q := range f.Quotas() {
+		if q.Unit == unit {
+			return q, true
+		}
+	}
+	return Quota{}, false
+}
+
+// Next is how long until the API frees its next unit of every quota at
+// 0, by what the response states (Quota.Next), Retry-After aside: 0 when
+// no quota is at 0 or none says when.
+func (f Feedback) Next() time.Duration {
+	var d time.Duration
+	for _, q := range f.Quotas() {
+		d = max(d, q.Next())
+	}
+	return d
 }
 
 // ParseFeedback reads a response's status and headers. It never fails: a
-// malformed value is ignored and its field stays unknown. Header names
+// malformed value is ignored and its field stays unknown; so is an absurd
+// one (a limit of 0, a remaining count above the limit). Header names
 // match case-insensitively. Every duration is a whole number of
 // milliseconds (rounded up), at most MaxStatedDuration.
 //
@@ -50,27 +174,52 @@ type Feedback struct {
 // long, never short. Delta values (Retry-After: 30, reset=30) need no
 // clock.
 //
-// Remaining and Reset come from one header family, the first in this
-// order that states a remaining quota or a reset: RateLimit (draft-07
-// on), RateLimit-Remaining and -Reset (drafts 00 to 06), OpenAI's
-// x-ratelimit-*-{requests,tokens}, Anthropic's anthropic-ratelimit-*,
-// X-RateLimit-* (GitHub, Discord) or X-Rate-Limit-* (Twitter), and
-// Shopify's X-Shopify-Shop-Api-Call-Limit. Families are never mixed. Of
-// several quotas in a family (RateLimit policies, requests and tokens),
-// the most restrictive is reported: the least remaining, then the longest
-// reset.
+// The quotas come from one header family, the first in this order that
+// states a remaining quota or a reset: RateLimit (draft-07 on, with
+// RateLimit-Policy's q as the limit), RateLimit-Remaining and -Reset
+// (drafts 00 to 06), OpenAI's and Azure OpenAI's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens}, Anthropic's
+// anthropic-ratelimit-*, X-RateLimit-* (GitHub, Discord) or
+// X-Rate-Limit-* (Twitter), HubSpot's X-HubSpot-RateLimit-*, Shopify's
+// X-Shopify-Shop-Api-Call-Limit and Salesforce's Sforce-Limit-Info.
+// Families are never mixed. docs/throttle.md (Vendor feedback) has a
+// table of each family's fields and how they are read.
 func ParseFeedback(status int, h http.Header, now time.Time) Feedback {
 	if !statesLimits(h) {
 		// Nothing below would read a field: Date is read only to date
 		// the others. Most responses take this path.
-		return Feedback{Limited: status == http.StatusTooManyRequests, Remaining: -1}
+		return Feedback{Refused: statusRefusal(status, false, -1, ""), Remaining: -1, Limit: -1}
 	}
 	return parseFeedback(status, h, now)
 }
 
+// statusRefusal is the refusal of a response of status with, or
+// without, Retry-After, the least remaining count and Stripe's reason.
+func statusRefusal(status int, hasRetryAfter bool, remaining int64, stripeReason string) Refusal {
+	switch status {
+	case http.StatusTooManyRequests:
+		if strings.HasSuffix(stripeReason, "-concurrency") {
+			return ConcurrencyRefused
+		}
+		return RateRefused
+	case http.StatusServiceUnavailable, statusOverloaded:
+		return Overloaded
+	case http.StatusForbidden:
+		if hasRetryAfter || remaining == 0 {
+			return RateRefused
+		}
+	}
+	return NotRefused
+}
+
+// statusOverloaded is Anthropic's 529, overloaded_error.
+const statusOverloaded = 529
+
 // limitPrefixes start the name of every field that parseFeedback reads
-// but Date, in lower case: Retry-After, and each family's fields.
-var limitPrefixes = []string{"retry-after", "ratelimit", "x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-", "x-shopify-shop-api-call-limit"}
+// but Date, in lower case: Retry-After (and retry-after-ms), and each
+// family's fields.
+var limitPrefixes = []string{"retry-after", "ratelimit", "x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-",
+	"x-shopify-shop-api-call-limit", "x-hubspot-ratelimit-", "sforce-limit-info", "stripe-rate-limited-reason"}
 
 // statesLimits reports whether h has a field, in any case, whose name
 // starts with one of limitPrefixes: false means parseFeedback would find
@@ -93,73 +242,106 @@ func parseFeedback(status int, h http.Header, now time.Time) Feedback {
 	if date, ok := responseDate(h); ok {
 		now = date
 	}
-	f := Feedback{Remaining: -1}
-	f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After"), now, parseRetryAfter)
+	f := Feedback{Remaining: -1, Limit: -1}
+	f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After-Ms"), now, parseMillis)
+	if !f.HasRetryAfter {
+		f.RetryAfter, f.HasRetryAfter = longest(h.Values("Retry-After"), now, parseRetryAfter)
+	}
 	for _, read := range families {
-		if q, ok := read(h, now); ok {
-			f.Remaining, f.Reset = q.Remaining, q.Reset
+		if qs := read(h, now); len(qs) > 0 {
+			f.setQuotas(qs)
 			break
 		}
 	}
-	switch status {
-	case http.StatusTooManyRequests:
-		f.Limited = true
-	case http.StatusServiceUnavailable:
-		f.Limited = f.HasRetryAfter
-	case http.StatusForbidden:
-		f.Limited = f.HasRetryAfter || f.Remaining == 0
+	if r := strings.ToLower(trimOWS(h.Get("X-Ratelimit-Resource"))); len(r) <= 32 && strings.Trim(r, "abcdefghijklmnopqrstuvwxyz_") == "" {
+		f.Resource = r
 	}
+	f.Refused = statusRefusal(status, f.HasRetryAfter, f.Remaining, strings.ToLower(trimOWS(h.Get("Stripe-Rate-Limited-Reason"))))
 	return f
 }
 
-// statedQuota is one quota as a downstream states it: -1 and 0 mean
-// unknown, as in Feedback.
-type statedQuota struct {
-	Remaining int64
-	Reset     time.Duration
+// setQuotas keeps the most restrictive of qs per unit, and of them all
+// as f's own fields. qs holds only quotas that state something.
+func (f *Feedback) setQuotas(qs []Quota) {
+	for _, q := range qs {
+		if q.Limit == 0 || q.Limit < q.Remaining {
+			q.Limit = -1 // absurd
+		}
+		i := slices.IndexFunc(f.quotas[:f.nq], func(k Quota) bool { return k.Unit == q.Unit })
+		switch {
+		case i >= 0:
+			f.quotas[i] = stricter(f.quotas[i], q)
+		case int(f.nq) < maxQuotas:
+			f.quotas[f.nq] = q
+			f.nq++
+		}
+	}
+	top := f.quotas[0]
+	for _, q := range f.Quotas()[1:] {
+		top = stricter(top, q)
+	}
+	f.Remaining, f.Limit, f.Reset, f.Full = top.Remaining, top.Limit, top.Reset, top.Full
 }
 
-// families, in ParseFeedback's order of precedence. Each reads its most
-// restrictive quota, or false when it states no remaining quota nor reset.
-var families = []func(h http.Header, now time.Time) (statedQuota, bool){
+// stricter returns the more restrictive of a and b: the least remaining
+// (unknown, -1, counts as plenty), then the longest reset; a on a tie.
+func stricter(a, b Quota) Quota {
+	if c := cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset)); c > 0 {
+		return b
+	}
+	return a
+}
+
+// states reports whether q states a remaining count or a reset.
+func (q Quota) states() bool { return q.Remaining >= 0 || q.Reset > 0 }
+
+// families, in ParseFeedback's order of precedence. Each returns the
+// quotas it states a remaining count or a reset of; none when it states
+// neither.
+var families = []func(h http.Header, now time.Time) []Quota{
 	structuredQuota,
 	// Drafts 00 to 06; RateLimit-ResetTime is GitLab's date.
-	fields(fieldSet{remaining: "RateLimit-Remaining", reset: []string{"RateLimit-Reset", "RateLimit-ResetTime"}}),
-	fields(kind("X-RateLimit-%s-Requests"), kind("X-RateLimit-%s-Tokens")), // OpenAI
-	fields(kind("Anthropic-RateLimit-Requests-%s"), kind("Anthropic-RateLimit-Tokens-%s"),
-		kind("Anthropic-RateLimit-Input-Tokens-%s"), kind("Anthropic-RateLimit-Output-Tokens-%s")),
+	fields(fieldSet{limit: "RateLimit-Limit", remaining: "RateLimit-Remaining", reset: []string{"RateLimit-Reset", "RateLimit-ResetTime"}}),
+	// OpenAI; Azure OpenAI has the same names, its resets in seconds.
+	fields(kind(UnitRequests, "X-RateLimit-%s-Requests"), kind(UnitTokens, "X-RateLimit-%s-Tokens")),
+	fields(kind(UnitRequests, "Anthropic-RateLimit-Requests-%s"), kind(UnitTokens, "Anthropic-RateLimit-Tokens-%s"),
+		kind(UnitInputTokens, "Anthropic-RateLimit-Input-Tokens-%s"), kind(UnitOutputTokens, "Anthropic-RateLimit-Output-Tokens-%s")),
 	// Reset-After (Discord) is a delta, immune to clock skew: before Reset.
 	fields(
 		fieldSet{limit: "X-RateLimit-Limit", remaining: "X-RateLimit-Remaining", used: "X-RateLimit-Used",
 			reset: []string{"X-RateLimit-Reset-After", "X-RateLimit-Reset"}},
-		fieldSet{remaining: "X-Rate-Limit-Remaining", reset: []string{"X-Rate-Limit-Reset"}}),
+		fieldSet{limit: "X-Rate-Limit-Limit", remaining: "X-Rate-Limit-Remaining", reset: []string{"X-Rate-Limit-Reset"}}),
+	hubspotQuota,
 	shopifyQuota,
+	salesforceQuota,
 }
 
 // fieldSet names the fields of one quota. Of the reset fields, the first
 // with a readable value counts.
 type fieldSet struct {
+	unit        string
 	remaining   string
-	limit, used string // read when remaining is absent: limit - used (GitHub)
+	limit, used string // used is read when remaining is absent: limit - used (GitHub)
 	reset       []string
+	full        bool // the reset is the time until full (Quota.Full)
 }
 
-// kind names the fields of one kind of units by a pattern with %s for
-// Remaining and Reset.
-func kind(pattern string) fieldSet {
+// kind names the fields of one unit by a pattern with %s for Limit,
+// Remaining and Reset; its reset is the time until full.
+func kind(unit, pattern string) fieldSet {
 	f := func(part string) string { return strings.Replace(pattern, "%s", part, 1) }
-	return fieldSet{remaining: f("Remaining"), reset: []string{f("Reset")}}
+	return fieldSet{unit: unit, limit: f("Limit"), remaining: f("Remaining"), reset: []string{f("Reset")}, full: true}
 }
 
 // fields reads a family with a field per count or reset.
-func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
-	return func(h http.Header, now time.Time) (statedQuota, bool) {
-		var qs []statedQuota
+func fields(sets ...fieldSet) func(http.Header, time.Time) []Quota {
+	return func(h http.Header, now time.Time) []Quota {
+		var qs []Quota
 		for _, fs := range sets {
-			q := statedQuota{Remaining: minCount(h.Values(fs.remaining))}
+			q := Quota{Unit: fs.unit, Remaining: minCount(h.Values(fs.remaining)), Limit: limitField(h.Values(fs.limit)), Full: fs.full}
 			if fs.used != "" && q.Remaining < 0 {
-				if used, limit := minCount(h.Values(fs.used)), limitField(h.Values(fs.limit)); used >= 0 && limit >= 0 {
-					q.Remaining = max(limit-used, 0)
+				if used := minCount(h.Values(fs.used)); used >= 0 && q.Limit >= 0 {
+					q.Remaining = max(q.Limit-used, 0)
 				}
 			}
 			for _, r := range fs.reset {
@@ -168,71 +350,177 @@ func fields(sets ...fieldSet) func(http.Header, time.Time) (statedQuota, bool) {
 					break
 				}
 			}
-			qs = append(qs, q)
+			if q.states() {
+				qs = append(qs, q)
+			}
 		}
-		return pick(qs)
+		return qs
 	}
 }
 
-// structuredQuota reads RateLimit (draft-07 on).
-func structuredQuota(h http.Header, _ time.Time) (statedQuota, bool) {
-	return pick(parseRateLimit(h.Values("RateLimit")...))
+// structuredQuota reads RateLimit (draft-07 on), with RateLimit-Policy's
+// quota q of the same name as the limit (draft-08 on).
+func structuredQuota(h http.Header, _ time.Time) []Quota {
+	qs := parseRateLimit(h.Values("RateLimit")...)
+	if len(qs) == 0 {
+		return nil
+	}
+	policies := map[string]int64{}
+	for _, m := range sfMembers(h.Values("RateLimit-Policy")) {
+		if q, ok := sfCount(m.param("q")); ok && m.key == "" {
+			if name, ok := sfName(m.Value); ok {
+				policies[name] = q
+			}
+		}
+	}
+	out := make([]Quota, 0, len(qs))
+	for _, q := range qs {
+		if limit, ok := policies[q.name]; ok && q.name != "" && q.Limit < 0 {
+			q.Limit = limit
+		}
+		out = append(out, q.Quota)
+	}
+	return out
+}
+
+// sfName reads an item's String or Token value.
+func sfName(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case httpsfv.Token:
+		return string(s), true
+	}
+	return "", false
+}
+
+// hubspotQuota reads HubSpot's X-HubSpot-RateLimit-Max and -Remaining, in
+// a rolling window of -Interval-Milliseconds (its Reset: a unit spent is
+// back at the latest then), and -Daily and -Daily-Remaining, a day's.
+func hubspotQuota(h http.Header, _ time.Time) []Quota {
+	var qs []Quota
+	q := Quota{Limit: limitField(h.Values("X-Hubspot-Ratelimit-Max")), Remaining: minCount(h.Values("X-Hubspot-Ratelimit-Remaining"))}
+	if ms := minCount(h.Values("X-Hubspot-Ratelimit-Interval-Milliseconds")); ms > 0 {
+		q.Reset = ceilDuration(time.Duration(min(ms, int64(MaxStatedDuration/time.Millisecond))) * time.Millisecond)
+	}
+	if q.Remaining >= 0 {
+		qs = append(qs, q)
+	}
+	day := Quota{Limit: limitField(h.Values("X-Hubspot-Ratelimit-Daily")), Remaining: minCount(h.Values("X-Hubspot-Ratelimit-Daily-Remaining"))}
+	if day.Remaining >= 0 {
+		qs = append(qs, day)
+	}
+	return qs
 }
 
 // shopifyQuota reads the first valid X-Shopify-Shop-Api-Call-Limit:
-// "32/40" is 32 calls used of a bucket of 40.
-func shopifyQuota(h http.Header, _ time.Time) (statedQuota, bool) {
+// "32/40" is 32 calls used of a bucket of 40, which leaks steadily.
+func shopifyQuota(h http.Header, _ time.Time) []Quota {
 	for _, v := range h.Values("X-Shopify-Shop-Api-Call-Limit") {
-		a, b, _ := strings.Cut(v, "/")
-		used, uok := parseCount(a)
-		limit, lok := parseCount(b)
-		if uok && lok {
-			return statedQuota{Remaining: max(limit-used, 0)}, true
+		if q, ok := usedOf(v); ok {
+			q.Full = true
+			return []Quota{q}
 		}
 	}
-	return statedQuota{}, false
+	return nil
 }
 
-// pick returns the most restrictive of the quotas that state a remaining
-// count or a reset: the least remaining (unknown, -1, counts as plenty),
-// then the longest reset; the first on a tie; false for none.
-func pick(qs []statedQuota) (statedQuota, bool) {
-	qs = slices.DeleteFunc(qs, func(q statedQuota) bool { return q.Remaining < 0 && q.Reset <= 0 })
-	if len(qs) == 0 {
-		return statedQuota{}, false
+// salesforceQuota reads Sforce-Limit-Info: "api-usage=25/15000" is 25
+// calls used of 15,000 in a rolling day; each name=used/max member is a
+// quota (per-app-api-usage too).
+func salesforceQuota(h http.Header, _ time.Time) []Quota {
+	var qs []Quota
+	for _, line := range h.Values("Sforce-Limit-Info") {
+		for _, m := range strings.Split(line, ",") {
+			_, v, ok := strings.Cut(m, "=")
+			v, _, _ = strings.Cut(v, "(") // per-app-api-usage=17/250(appName=sample-app)
+			if q, valid := usedOf(v); ok && valid && len(qs) < sfMaxMembers {
+				qs = append(qs, q)
+			}
+		}
 	}
-	return slices.MinFunc(qs, func(a, b statedQuota) int {
-		return cmp.Or(cmp.Compare(uint64(a.Remaining), uint64(b.Remaining)), cmp.Compare(b.Reset, a.Reset))
-	}), true
+	return qs
+}
+
+// usedOf reads "used/max" as a quota of max with max-used left (0 when
+// overfull).
+func usedOf(v string) (Quota, bool) {
+	a, b, _ := strings.Cut(v, "/")
+	used, uok := parseCount(a)
+	limit, lok := parseCount(b)
+	if !uok || !lok {
+		return Quota{}, false
+	}
+	return Quota{Limit: limit, Remaining: max(limit-used, 0)}, true
+}
+
+// namedQuota is a quota of RateLimit with its policy's name.
+type namedQuota struct {
+	Quota
+	name string
 }
 
 // parseRateLimit reads RateLimit lines: "default";r=50;t=30 (draft-08),
 // a quota per named item with r= or t=, or limit=100, remaining=50,
 // reset=30 (draft-07), one quota. Resets are delta-seconds.
-func parseRateLimit(lines ...string) []statedQuota {
-	var qs []statedQuota
-	dict, inDict := statedQuota{Remaining: -1}, false
+func parseRateLimit(lines ...string) []namedQuota {
+	var qs []namedQuota
+	dict, inDict := namedQuota{Quota: Quota{Remaining: -1, Limit: -1}}, false
 	for _, m := range sfMembers(lines) {
 		n, isNumber := sfCount(m.Value)
 		switch {
 		case m.key == "":
-			_, isString := m.Value.(string)
-			_, isToken := m.Value.(httpsfv.Token) // a name, leniently
+			name, isName := sfName(m.Value) // a Token, leniently
 			r, hasR := sfCount(m.param("r"))
 			t, hasT := sfSeconds(m.param("t"))
-			if (isString || isToken) && (hasR || hasT) {
-				qs = append(qs, statedQuota{Remaining: r, Reset: t})
+			if isName && (hasR || hasT) {
+				qs = append(qs, namedQuota{Quota: Quota{Remaining: r, Reset: t, Limit: -1}, name: name})
 			}
 		case m.key == "remaining" && isNumber:
 			dict.Remaining, inDict = n, true
 		case m.key == "reset" && isNumber:
 			dict.Reset, inDict = sfSeconds(m.Value)
+		case m.key == "limit" && isNumber:
+			dict.Limit = n
 		}
 	}
 	if inDict {
 		qs = append(qs, dict)
 	}
 	return qs
+}
+
+// GraphQLCost reads the throttle status of a Shopify GraphQL response's
+// body, extensions.cost.throttleStatus: currentlyAvailable points of
+// maximumAvailable, restored at restoreRate a second, as a Quota that is
+// Full in (maximumAvailable - currentlyAvailable) / restoreRate. False
+// when body holds no valid status. It decodes the whole body: give it
+// one that is in memory already.
+func GraphQLCost(body []byte) (Quota, bool) {
+	var doc struct {
+		Extensions struct {
+			Cost struct {
+				ThrottleStatus struct {
+					Max       *float64 `json:"maximumAvailable"`
+					Available *float64 `json:"currentlyAvailable"`
+					Restore   *float64 `json:"restoreRate"`
+				} `json:"throttleStatus"`
+			} `json:"cost"`
+		} `json:"extensions"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return Quota{}, false
+	}
+	ts := doc.Extensions.Cost.ThrottleStatus
+	if ts.Max == nil || ts.Available == nil || ts.Restore == nil {
+		return Quota{}, false
+	}
+	limit, avail, rate := *ts.Max, *ts.Available, *ts.Restore
+	if !(limit >= 1 && limit < 1e15 && avail >= 0 && avail <= limit && rate > 0 && rate < 1e15) {
+		return Quota{}, false // absurd
+	}
+	secs := min((limit-avail)/rate, float64(MaxStatedDuration/time.Second))
+	return Quota{Limit: int64(limit), Remaining: int64(avail), Reset: ceilDuration(time.Duration(secs * float64(time.Second))), Full: true}, true
 }
 
 // limitField reads a limit: the first count of an RFC 9651 List, as in
@@ -299,6 +587,20 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	d := time.Duration(min(whole, uint64(MaxStatedDuration/time.Second))) * time.Second
 	if strings.Trim(frac, "0") != "" {
 		d = min(d+time.Second, MaxStatedDuration)
+	}
+	return d, true
+}
+
+// parseMillis reads retry-after-ms: milliseconds, with a fraction
+// ("250.5") rounded up, at most MaxStatedDuration.
+func parseMillis(v string, _ time.Time) (time.Duration, bool) {
+	whole, frac, ok := decimal(trimOWS(v))
+	if !ok {
+		return 0, false
+	}
+	d := time.Duration(min(whole, uint64(MaxStatedDuration/time.Millisecond))) * time.Millisecond
+	if strings.Trim(frac, "0") != "" {
+		d = min(d+time.Millisecond, MaxStatedDuration)
 	}
 	return d, true
 }

@@ -106,7 +106,7 @@ func FuzzParseValues(f *testing.F) {
 		if u, err := strconv.ParseUint(trimOWS(v), 10, 64); err == nil && (!cok || n != int64(min(u, math.MaxInt64))) {
 			t.Fatalf("parseCount(%q) = %d, %v; want %d", v, n, cok, u)
 		}
-		q, sok := shopifyQuota(http.Header{"X-Shopify-Shop-Api-Call-Limit": {v}}, now)
+		q, sok := shopify(http.Header{"X-Shopify-Shop-Api-Call-Limit": {v}})
 		_, limit, _ := strings.Cut(v, "/")
 		if bucket, _ := parseCount(limit); q.Remaining < 0 || sok && q.Remaining > bucket || (!sok && q != statedQuota{}) {
 			t.Fatalf("shopifyQuota(%q) = %+v, %v", v, q, sok)
@@ -151,14 +151,14 @@ func FuzzParseStructured(f *testing.F) {
 				checkBounded(t, what+" Reset", q.Reset)
 			}
 		}
-		rls := parseRateLimit(rl)
+		rls := rateLimitQuotas(rl)
 		check("parseRateLimit", rls)
-		if !reflect.DeepEqual(rls, parseRateLimit(rl)) {
+		if !reflect.DeepEqual(rls, rateLimitQuotas(rl)) {
 			t.Fatal("not deterministic")
 		}
 		// Field lines split anywhere read as well as the whole line.
 		if i := len(rl) / 2; i < len(rl) {
-			check("parseRateLimit (split)", parseRateLimit(rl[:i], rl[i:]))
+			check("parseRateLimit (split)", rateLimitQuotas(rl[:i], rl[i:]))
 		}
 
 		// A well-formed line, named by any String, followed by any other
@@ -175,7 +175,7 @@ func FuzzParseStructured(f *testing.F) {
 		if sec < uint64(MaxStatedDuration/time.Second) {
 			wantSeconds = time.Duration(sec) * time.Second
 		}
-		got := parseRateLimit(quoted+";r="+rs+";t="+ss, rl)
+		got := rateLimitQuotas(quoted+";r="+rs+";t="+ss, rl)
 		want := statedQuota{Remaining: int64(r), Reset: wantSeconds}
 		if len(got) == 0 || got[0] != want {
 			t.Fatalf("parseRateLimit of %q;r=%s;t=%s then the line %q: %+v, want first %+v", quoted, rs, ss, rl, got, want)
@@ -204,13 +204,34 @@ func checkFeedbackBounds(t *testing.T, status int, fb Feedback) {
 	}
 	switch status {
 	case http.StatusTooManyRequests:
-		if !fb.Limited {
-			t.Fatal("a 429 is not Limited")
+		if fb.Refused != RateRefused && fb.Refused != ConcurrencyRefused {
+			t.Fatalf("a 429 is refused for %q", fb.Refused)
 		}
-	case http.StatusForbidden, http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable, statusOverloaded:
+		if fb.Refused != Overloaded {
+			t.Fatalf("a %d is refused for %q", status, fb.Refused)
+		}
+	case http.StatusForbidden:
+		if fb.Refused != NotRefused && fb.Refused != RateRefused {
+			t.Fatalf("a 403 is refused for %q", fb.Refused)
+		}
 	default:
-		if fb.Limited {
-			t.Fatalf("status %d is Limited", status)
+		if fb.Refused != NotRefused {
+			t.Fatalf("status %d is refused for %q", status, fb.Refused)
+		}
+	}
+	if len(fb.Quotas()) > maxQuotas {
+		t.Fatalf("%d quotas", len(fb.Quotas()))
+	}
+	for _, q := range fb.Quotas() {
+		checkCount(t, "Quota.Remaining", q.Remaining)
+		checkBounded(t, "Quota.Reset", q.Reset)
+		checkBounded(t, "Quota.Next", q.Next())
+		if q.Limit == 0 || q.Limit < -1 || q.Limit >= 0 && q.Limit < q.Remaining {
+			t.Fatalf("%+v: an absurd limit kept", q)
+		}
+		if q.Next() > q.Reset {
+			t.Fatalf("%+v: the next unit after the reset", q)
 		}
 	}
 }
@@ -225,6 +246,9 @@ var fuzzHeaderNames = []string{
 	"anthropic-ratelimit-requests-limit", "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset",
 	"anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset",
 	"X-Shopify-Shop-Api-Call-Limit", "X-Unrelated", "Date",
+	"Retry-After-Ms", "Stripe-Rate-Limited-Reason", "X-RateLimit-Resource", "anthropic-ratelimit-tokens-limit",
+	"X-HubSpot-RateLimit-Max", "X-HubSpot-RateLimit-Remaining", "X-HubSpot-RateLimit-Interval-Milliseconds",
+	"X-HubSpot-RateLimit-Daily-Remaining", "Sforce-Limit-Info",
 }
 
 // fuzzHeaderName picks a name by n's low bits and spells it by its high
@@ -247,6 +271,8 @@ func FuzzParseFeedback(f *testing.F) {
 	f.Add(503, uint8(0x80), "Sun, 01 Jun 2025 12:00:10 GMT", uint8(26), "40/40", uint8(11), "64.57", int64(0))
 	f.Add(429, uint8(0), "99999999999999999999", uint8(9), "-1", uint8(4), "abc", int64(math.MinInt64))
 	f.Add(429, uint8(0), "Sun, 01 Jun 2025 13:00:05 GMT", uint8(28), "Sun, 01 Jun 2025 13:00:00 GMT", uint8(10), "1748782830", testNow.Unix())
+	f.Add(429, uint8(29), "125.5", uint8(30), "global-concurrency", uint8(37), "api-usage=25/15000", testNow.Unix())
+	f.Add(529, uint8(34), "0", uint8(35), "10000", uint8(33), "110", testNow.Unix())
 	f.Fuzz(func(t *testing.T, status int, n1 uint8, v1 string, n2 uint8, v2 string, n3 uint8, v3 string, unix int64) {
 		h := http.Header{}
 		for _, kv := range []struct {
@@ -287,12 +313,35 @@ func FuzzParseFeedback(f *testing.F) {
 		if p < 0 || p > DefaultMaxPause || p%time.Millisecond != 0 {
 			t.Fatalf("%+v: pause %v: outside [0, %v] or not whole milliseconds", fb, p, DefaultMaxPause)
 		}
-		refused := fb.Limited || status == http.StatusServiceUnavailable
-		if !refused && !(fb.Remaining == 0 && fb.Reset > 0) && p != 0 {
+		refused := fb.Refused != NotRefused
+		if !refused && fb.Next() == 0 && p != 0 {
 			t.Fatalf("%+v: pause %v for a response that asks for no pause", fb, p)
 		}
 		if refused && p == 0 {
 			t.Fatalf("%+v: no pause for a refusal", fb)
+		}
+	})
+}
+
+// FuzzGraphQLCost: whatever the body, a throttle status read is a quota
+// within bounds, refilling to full: never a stall.
+func FuzzGraphQLCost(f *testing.F) {
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":954,"restoreRate":50.0}}}}`))
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1e300,"currentlyAvailable":0,"restoreRate":1e-300}}}}`))
+	f.Add([]byte(`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":-1,"currentlyAvailable":-5,"restoreRate":0}}}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		q, ok := GraphQLCost(body)
+		if !ok {
+			if q != (Quota{}) {
+				t.Fatalf("GraphQLCost(%q) = %+v with ok=false", body, q)
+			}
+			return
+		}
+		checkBounded(t, "Reset", q.Reset)
+		checkBounded(t, "Next", q.Next())
+		if q.Limit < 1 || q.Remaining < 0 || q.Remaining > q.Limit || !q.Full || q.Reset%time.Millisecond != 0 {
+			t.Fatalf("GraphQLCost(%q) = %+v", body, q)
 		}
 	})
 }

@@ -235,7 +235,7 @@ func TestShopifyQuota(t *testing.T) {
 		{[]string{"-1/40"}, 0, false},
 		{[]string{"a/b"}, 0, false},
 	} {
-		q, ok := shopifyQuota(http.Header{"X-Shopify-Shop-Api-Call-Limit": s.in}, testNow)
+		q, ok := shopify(http.Header{"X-Shopify-Shop-Api-Call-Limit": s.in})
 		if q.Remaining != s.remaining || ok != s.ok {
 			t.Errorf("shopifyQuota(%q) = %+v, %v; want remaining %d, %v", s.in, q, ok, s.remaining, s.ok)
 		}
@@ -302,7 +302,7 @@ func TestParseRateLimit(t *testing.T) {
 		{[]string{`remaining=abc, reset=-1`}, nil},
 		{[]string{""}, nil},
 	} {
-		checkQuotas(t, "parseRateLimit", parseRateLimit, s)
+		checkQuotas(t, "parseRateLimit", rateLimitQuotas, s)
 	}
 }
 
@@ -314,14 +314,14 @@ func TestStructuredFieldMembersAreBounded(t *testing.T) {
 		}
 		line += `"p` + strconv.Itoa(i) + `";r=` + strconv.Itoa(i+1)
 	}
-	if got := parseRateLimit(line); len(got) != sfMaxMembers {
+	if got := rateLimitQuotas(line); len(got) != sfMaxMembers {
 		t.Fatalf("read %d quotas, want %d", len(got), sfMaxMembers)
 	}
 	var lines []string
 	for i := range 200 {
 		lines = append(lines, `"p`+strconv.Itoa(i)+`";r=1`)
 	}
-	if got := parseRateLimit(lines...); len(got) != sfMaxMembers {
+	if got := rateLimitQuotas(lines...); len(got) != sfMaxMembers {
 		t.Fatalf("read %d quotas from %d lines, want %d", len(got), len(lines), sfMaxMembers)
 	}
 }
@@ -348,13 +348,43 @@ func fb(remaining int64, reset time.Duration) Feedback {
 	return Feedback{Remaining: remaining, Reset: reset}
 }
 
-func (f Feedback) limited() Feedback { f.Limited = true; return f }
+func (f Feedback) limited() Feedback { f.Refused = RateRefused; return f }
+
+func (f Feedback) overloaded() Feedback { f.Refused = Overloaded; return f }
+
+// statedQuota is what the tests of the parsers check of a Quota.
+type statedQuota struct {
+	Remaining int64
+	Reset     time.Duration
+}
+
+// rateLimitQuotas is parseRateLimit's quotas as statedQuota.
+func rateLimitQuotas(lines ...string) []statedQuota {
+	var qs []statedQuota
+	for _, q := range parseRateLimit(lines...) {
+		qs = append(qs, statedQuota{q.Remaining, q.Reset})
+	}
+	return qs
+}
+
+// shopify is shopifyQuota's quota as a statedQuota, and whether it found one.
+func shopify(h http.Header) (statedQuota, bool) {
+	qs := shopifyQuota(h, testNow)
+	if len(qs) == 0 {
+		return statedQuota{}, false
+	}
+	return statedQuota{qs[0].Remaining, qs[0].Reset}, true
+}
 
 func (f Feedback) retry(d time.Duration) Feedback { f.RetryAfter, f.HasRetryAfter = d, true; return f }
 
 func checkFeedback(t *testing.T, s feedbackStep) {
 	t.Helper()
 	got := ParseFeedback(s.status, s.h, testNow)
+	// What these tables hold: the refusal, Retry-After and the most
+	// restrictive quota's count and reset (TestParseFeedbackQuotas has
+	// the rest).
+	got = Feedback{Refused: got.Refused, RetryAfter: got.RetryAfter, HasRetryAfter: got.HasRetryAfter, Remaining: got.Remaining, Reset: got.Reset}
 	if got != s.want {
 		t.Errorf("%s: ParseFeedback(%d, %v)\n got %+v\nwant %+v", s.name, s.status, s.h, got, s.want)
 	}
@@ -365,15 +395,16 @@ func TestParseFeedbackFamilies(t *testing.T) {
 	for _, s := range []feedbackStep{
 		{"nothing", 200, nil, none},
 		{"plain 429", 429, hdr(), none.limited()},
-		{"plain 503", 503, hdr(), none},
+		{"plain 503", 503, hdr(), none.overloaded()},
+		{"Anthropic 529", 529, hdr(), none.overloaded()},
 		{"plain 403", 403, hdr(), none},
 		{"429 Retry-After", 429, hdr("Retry-After", "30"),
 			fb(-1, 0).limited().retry(30 * time.Second)},
 		{"503 Retry-After date", 503, hdr("Retry-After", httpDate(2*time.Minute)),
-			fb(-1, 0).limited().retry(2*time.Minute - 250*time.Millisecond)},
+			fb(-1, 0).overloaded().retry(2*time.Minute - 250*time.Millisecond)},
 		{"503 Retry-After past date", 503, hdr("Retry-After", httpDate(-2*time.Minute)),
-			fb(-1, 0).limited().retry(0)},
-		{"503 malformed Retry-After", 503, hdr("Retry-After", "later"), none},
+			fb(-1, 0).overloaded().retry(0)},
+		{"503 malformed Retry-After", 503, hdr("Retry-After", "later"), none.overloaded()},
 		{"200 Retry-After", 200, hdr("Retry-After", "5"), fb(-1, 0).retry(5 * time.Second)},
 		{"Retry-After repeated", 429, hdr("Retry-After", "5", "Retry-After", "9", "Retry-After", "x"),
 			fb(-1, 0).limited().retry(9 * time.Second)},
@@ -778,5 +809,189 @@ func TestParseFeedbackShortcutAgrees(t *testing.T) {
 	}
 	if shortcut < 1000 {
 		t.Fatalf("only %d of 20000 cases took the shortcut", shortcut)
+	}
+}
+
+// TestParseFeedbackQuotas: each vendor's own fields, with their units:
+// every quota stated, its limit, and whether its reset means "full again"
+// or "the window ends".
+func TestParseFeedbackQuotas(t *testing.T) {
+	type q = Quota
+	for _, s := range []struct {
+		name   string
+		status int
+		h      http.Header
+		want   []Quota
+		next   time.Duration // Feedback.Next
+	}{
+		{"OpenAI", 200, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "59s",
+			"x-ratelimit-limit-tokens", "150000", "x-ratelimit-remaining-tokens", "149984", "x-ratelimit-reset-tokens", "6ms"),
+			[]Quota{{UnitRequests, 60, 0, 59 * time.Second, true}, {UnitTokens, 150000, 149984, 6 * time.Millisecond, true}},
+			984 * time.Millisecond}, // 59s/60, not 59s
+		{"OpenAI tokens at 0", 429, hdr(
+			"x-ratelimit-limit-tokens", "10000", "x-ratelimit-remaining-tokens", "0", "x-ratelimit-reset-tokens", "6m0s"),
+			[]Quota{{UnitTokens, 10000, 0, 6 * time.Minute, true}}, 36 * time.Millisecond},
+		{"Azure OpenAI: whole seconds", 200, hdr(
+			"x-ratelimit-limit-requests", "100", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "10"),
+			[]Quota{{UnitRequests, 100, 0, 10 * time.Second, true}}, 100 * time.Millisecond},
+		{"Azure OpenAI: nothing to say", 200, hdr(
+			"x-ratelimit-limit-tokens", "-1", "x-ratelimit-remaining-tokens", "-1", "x-ratelimit-reset-tokens", "0"),
+			nil, 0},
+		{"Anthropic: four units", 200, hdr(
+			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "49",
+			"anthropic-ratelimit-requests-reset", "2025-06-01T12:00:01Z",
+			"anthropic-ratelimit-tokens-limit", "90000", "anthropic-ratelimit-tokens-remaining", "0",
+			"anthropic-ratelimit-tokens-reset", "2025-06-01T12:01:00Z",
+			"anthropic-ratelimit-input-tokens-limit", "80000", "anthropic-ratelimit-input-tokens-remaining", "100",
+			"anthropic-ratelimit-input-tokens-reset", "2025-06-01T12:00:10Z",
+			"anthropic-ratelimit-output-tokens-limit", "10000", "anthropic-ratelimit-output-tokens-remaining", "10000",
+			"anthropic-ratelimit-output-tokens-reset", "2025-06-01T12:00:00Z"),
+			[]Quota{{UnitRequests, 50, 49, 750 * time.Millisecond, true}, {UnitTokens, 90000, 0, 59750 * time.Millisecond, true},
+				{UnitInputTokens, 80000, 100, 9750 * time.Millisecond, true}, {UnitOutputTokens, 10000, 10000, 0, true}},
+			time.Millisecond}, // a token's 0.66 ms, rounded up
+		{"GitHub: a window", 200, hdr(
+			"X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", epoch(time.Hour)),
+			[]Quota{{"", 5000, 0, time.Hour - 250*time.Millisecond, false}}, time.Hour - 250*time.Millisecond},
+		{"Twitter: a window", 200, hdr(
+			"X-Rate-Limit-Limit", "900", "X-Rate-Limit-Remaining", "0", "X-Rate-Limit-Reset", epoch(time.Minute)),
+			[]Quota{{"", 900, 0, time.Minute - 250*time.Millisecond, false}}, time.Minute - 250*time.Millisecond},
+		{"draft-12: a window, the policy's quota", 200, hdr(
+			"RateLimit-Policy", `"hour";q=1000;w=3600, "minute";q=50;w=60`,
+			"RateLimit", `"hour";r=900;t=1800, "minute";r=0;t=20`),
+			[]Quota{{"", 50, 0, 20 * time.Second, false}}, 20 * time.Second},
+		{"Shopify REST: a leaky bucket", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40"),
+			[]Quota{{"", 40, 0, 0, true}}, 0},
+		{"HubSpot", 200, hdr(
+			"X-HubSpot-RateLimit-Max", "110", "X-HubSpot-RateLimit-Remaining", "0",
+			"X-HubSpot-RateLimit-Interval-Milliseconds", "10000",
+			"X-HubSpot-RateLimit-Daily", "250000", "X-HubSpot-RateLimit-Daily-Remaining", "249000"),
+			[]Quota{{"", 110, 0, 10 * time.Second, false}}, 10 * time.Second},
+		{"HubSpot: the day spent", 200, hdr(
+			"X-HubSpot-RateLimit-Max", "110", "X-HubSpot-RateLimit-Remaining", "100",
+			"X-HubSpot-RateLimit-Daily", "250000", "X-HubSpot-RateLimit-Daily-Remaining", "0"),
+			[]Quota{{"", 250000, 0, 0, false}}, 0},
+		{"Salesforce", 200, hdr("Sforce-Limit-Info", "api-usage=25/15000"),
+			[]Quota{{"", 15000, 14975, 0, false}}, 0},
+		{"Salesforce: per app", 200, hdr("Sforce-Limit-Info", "api-usage=25/15000, per-app-api-usage=250/250(appName=sample)"),
+			[]Quota{{"", 250, 0, 0, false}}, 0},
+		{"absurd limits dropped", 200, hdr(
+			"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "20", "X-RateLimit-Reset", "5"),
+			[]Quota{{"", -1, 20, 5 * time.Second, false}}, 0},
+		{"a limit of 0 dropped", 200, hdr(
+			"x-ratelimit-limit-requests", "0", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1s"),
+			[]Quota{{UnitRequests, -1, 0, time.Second, true}}, 0},
+	} {
+		f := ParseFeedback(s.status, s.h, testNow)
+		if got := f.Quotas(); !(len(got) == 0 && len(s.want) == 0) && !reflect.DeepEqual(got, s.want) {
+			t.Errorf("%s: quotas\n got %+v\nwant %+v", s.name, got, s.want)
+		}
+		if got := f.Next(); got != s.next {
+			t.Errorf("%s: Next() = %v, want %v", s.name, got, s.next)
+		}
+	}
+}
+
+// TestParseFeedbackRefusals: why a response refused its call.
+func TestParseFeedbackRefusals(t *testing.T) {
+	for _, s := range []struct {
+		name   string
+		status int
+		h      http.Header
+		want   Refusal
+		retry  time.Duration
+	}{
+		{"Stripe global-concurrency", 429, hdr("Stripe-Rate-Limited-Reason", "global-concurrency"), ConcurrencyRefused, 0},
+		{"Stripe endpoint-concurrency", 429, hdr("Stripe-Rate-Limited-Reason", "endpoint-concurrency"), ConcurrencyRefused, 0},
+		{"Stripe global-rate", 429, hdr("Stripe-Rate-Limited-Reason", "global-rate"), RateRefused, 0},
+		{"Stripe endpoint-rate", 429, hdr("Stripe-Rate-Limited-Reason", "endpoint-rate"), RateRefused, 0},
+		{"Stripe resource-specific", 429, hdr("Stripe-Rate-Limited-Reason", "resource-specific"), RateRefused, 0},
+		{"Stripe reason on a 200", 200, hdr("Stripe-Rate-Limited-Reason", "global-concurrency"), NotRefused, 0},
+		{"OpenAI 503", 503, hdr("x-ratelimit-remaining-requests", "10"), Overloaded, 0},
+		{"Anthropic 529", 529, hdr("retry-after", "3"), Overloaded, 3 * time.Second},
+		{"retry-after-ms first", 429, hdr("retry-after-ms", "125", "retry-after", "1"), RateRefused, 125 * time.Millisecond},
+		{"retry-after-ms rounded up", 429, hdr("retry-after-ms", "0.5"), RateRefused, time.Millisecond},
+		{"retry-after-ms malformed", 429, hdr("retry-after-ms", "soon", "retry-after", "2"), RateRefused, 2 * time.Second},
+		{"GitHub 403, no rate limit", 403, hdr("X-RateLimit-Remaining", "10", "X-RateLimit-Resource", "core"), NotRefused, 0},
+	} {
+		f := ParseFeedback(s.status, s.h, testNow)
+		if f.Refused != s.want || f.RetryAfter != s.retry {
+			t.Errorf("%s: refused %q, retry after %v; want %q, %v", s.name, f.Refused, f.RetryAfter, s.want, s.retry)
+		}
+	}
+	if f := ParseFeedback(429, hdr("X-RateLimit-Resource", "search", "X-RateLimit-Remaining", "3"), testNow); f.Resource != "search" {
+		t.Errorf("GitHub resource %q, want search", f.Resource)
+	}
+	if f := ParseFeedback(429, hdr("X-RateLimit-Resource", "a b{}", "X-RateLimit-Remaining", "3"), testNow); f.Resource != "" {
+		t.Errorf("a malformed resource read as %q", f.Resource)
+	}
+}
+
+// TestPauseForVendors: the pause, and whether it steps the pace down, for
+// each kind of answer: a reset that means "full again" is never a pause
+// of that length; a concurrency refusal or an overload never steps down.
+func TestPauseForVendors(t *testing.T) {
+	for _, s := range []struct {
+		name   string
+		status int
+		h      http.Header
+		pause  time.Duration
+		step   bool
+	}{
+		{"OpenAI 200, one left of 60/min, full in 60s", 200, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1m0s"),
+			time.Second, false},
+		{"OpenAI 429, full in 1m, retry-after-ms", 429, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1m0s",
+			"retry-after-ms", "125"), 125 * time.Millisecond, true},
+		{"OpenAI 429, full in 1m, nothing else", 429, hdr(
+			"x-ratelimit-limit-requests", "60", "x-ratelimit-remaining-requests", "0", "x-ratelimit-reset-requests", "1m0s"),
+			time.Second, true},
+		{"Anthropic 429, full at a date, retry-after", 429, hdr(
+			"anthropic-ratelimit-requests-limit", "50", "anthropic-ratelimit-requests-remaining", "0",
+			"anthropic-ratelimit-requests-reset", "2025-06-01T12:01:00Z", "retry-after", "2"), 2 * time.Second, true},
+		{"Anthropic 200 at 0, full at a date", 200, hdr(
+			"anthropic-ratelimit-requests-limit", "60", "anthropic-ratelimit-requests-remaining", "0",
+			"anthropic-ratelimit-requests-reset", "2025-06-01T12:01:00Z"), 996 * time.Millisecond, false}, // 59.75s/60
+		{"Anthropic 529", 529, hdr(), time.Second, false},
+		{"OpenAI 503", 503, hdr(), time.Second, false},
+		{"Stripe concurrency", 429, hdr("Stripe-Rate-Limited-Reason", "global-concurrency"), ConcurrencyBackoff, false},
+		{"Stripe rate", 429, hdr("Stripe-Rate-Limited-Reason", "global-rate"), time.Second, true},
+		{"GitHub secondary, nothing said", 429, hdr("X-RateLimit-Remaining", "4000", "X-RateLimit-Resource", "core"), time.Minute, true},
+		{"GitHub secondary, Retry-After", 403, hdr("X-RateLimit-Remaining", "4000", "X-RateLimit-Resource", "core", "Retry-After", "30"),
+			30 * time.Second, true},
+		{"GitHub primary, a window", 403, hdr("X-RateLimit-Remaining", "0", "X-RateLimit-Resource", "core",
+			"X-RateLimit-Reset", epoch(90*time.Second)), 89750 * time.Millisecond, true},
+		{"Shopify 200 full: the bucket paces", 200, hdr("X-Shopify-Shop-Api-Call-Limit", "40/40"), 0, false},
+		{"draft-12 200 at 0: the window", 200, hdr("RateLimit", `"default";r=0;t=30`), 30 * time.Second, false},
+		{"draft-12 429: Retry-After wins", 429, hdr("RateLimit", `"default";r=0;t=30`, "Retry-After", "5"), 5 * time.Second, true},
+	} {
+		d, step := pauseFor(ParseFeedback(s.status, s.h, testNow))
+		if d != s.pause || step != s.step {
+			t.Errorf("%s: pause %v, step %v; want %v, %v", s.name, d, step, s.pause, s.step)
+		}
+	}
+}
+
+func TestGraphQLCost(t *testing.T) {
+	for _, s := range []struct {
+		body string
+		want Quota
+		ok   bool
+	}{
+		{`{"data":{},"extensions":{"cost":{"requestedQueryCost":101,"actualQueryCost":46,"throttleStatus":{"maximumAvailable":1000.0,"currentlyAvailable":954,"restoreRate":50.0}}}}`,
+			Quota{Limit: 1000, Remaining: 954, Reset: 920 * time.Millisecond, Full: true}, true},
+		{`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":0,"restoreRate":50}}}}`,
+			Quota{Limit: 1000, Remaining: 0, Reset: 20 * time.Second, Full: true}, true},
+		{`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":2000,"restoreRate":50}}}}`, Quota{}, false},
+		{`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":10,"restoreRate":0}}}}`, Quota{}, false},
+		{`{"extensions":{"cost":{"throttleStatus":{"maximumAvailable":1000,"currentlyAvailable":10}}}}`, Quota{}, false},
+		{`{"data":{}}`, Quota{}, false},
+		{`not json`, Quota{}, false},
+	} {
+		got, ok := GraphQLCost([]byte(s.body))
+		if got != s.want || ok != s.ok {
+			t.Errorf("GraphQLCost(%s) = %+v, %v; want %+v, %v", s.body, got, ok, s.want, s.ok)
+		}
 	}
 }

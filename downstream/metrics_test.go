@@ -60,7 +60,7 @@ func TestResponseCodeLabelsAreBounded(t *testing.T) {
 		})}
 	want := map[string]float64{}
 	for _, s := range steps {
-		ctx := context.WithValue(WithSlotTaken(context.Background()), statusKey{}, s.status)
+		ctx := context.WithValue(WithOwnPause(context.Background()), statusKey{}, s.status)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.example/x", nil)
 		if resp, err := tr.RoundTrip(req); err == nil {
 			resp.Body.Close()

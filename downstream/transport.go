@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,10 @@ const (
 	DefaultBackoff = time.Second
 	// DefaultMaxPause caps any pause a downstream asks for.
 	DefaultMaxPause = 10 * time.Minute
+	// ConcurrencyBackoff is the pause after a concurrency refusal that
+	// says nothing of when to come back: long enough for a call in flight
+	// to end, short enough to cost the rate nothing.
+	ConcurrencyBackoff = 100 * time.Millisecond
 )
 
 // MaxResponseHeaderBytes is how much of a response's header the
@@ -51,22 +57,43 @@ func NewBase() *http.Transport {
 // process, so that its connections are kept and shared.
 var defaultBase = sync.OnceValue(func() http.RoundTripper { return NewBase() })
 
-// Transport is an http.RoundTripper that paces requests through a shared
-// throttle: before each request it waits for the key's next slot
-// (fleet-wide), and after each response it pauses the whole fleet on that
-// key for as long as PauseOf says, stepping its pace down.
+// Transport is an http.RoundTripper that gives any client (an SDK's, or
+// a program's own http.Client) the whole throttle. Before each request it
+// books the request's cost (Cost, default 1) on the key's buckets,
+// fleet-wide, and waits for the slot; after each response it reads what
+// the response says (ParseFeedback) and acts on it:
 //
-// A request whose slot is further away than the Limit's MaxWait fails with
-// an error wrapping *throttle.TooFarError (errors.As finds it through
-// *url.Error); a request made with Redis unreachable fails with
-// throttle.ErrUnavailable unless the Throttle has a fallback.
+//   - the key's buckets follow the API's own count: a bucket that holds
+//     more than the API reports left, less Headroom, is drained to it
+//     (throttle.Throttle.Observe);
+//   - a refusal for the rate pauses the key fleet-wide as long as
+//     pauseFor says (Retry-After; for a reset that means "full again",
+//     the time until the next unit, not until full) and steps the fleet's
+//     pace down; a concurrency refusal pauses it only ConcurrencyBackoff
+//     and lowers this Transport's calls in flight on the key; an overload
+//     (503, 529) pauses it without a step down; neither of those two
+//     charges the quota: the request's booking is given back;
+//   - Settle, when set, corrects the booking to the call's real cost.
+//
+// Every request takes its own slot, so no retry of an SDK's can skip the
+// bucket or a pause; a caller that booked a slot already (the queue's
+// worker, for its job) hands it over with WithReservation, for the first
+// request only. sluice's own refusals (a slot further away than the
+// Limit's MaxWait, all concurrency leases held, Redis unreachable with no
+// fallback) come back as a synthesized 429 response that SDKs do not
+// retry (see OwnRefusal), not as errors their retry loops would repeat.
+// Only a ctx that ends, a Limit that is invalid, or a request the Base
+// cannot send returns an error.
 type Transport struct {
 	// Base performs the requests; default a transport of NewBase's, shared
 	// by the process.
 	Base http.RoundTripper
 	// Throttle paces the requests. Required.
 	Throttle *throttle.Throttle
-	// Limit is the downstream's pace; its Name labels metrics.
+	// Limit is the downstream's pace; its Name labels metrics. One
+	// reservation books every bucket of it at once: a Limit of tokens a
+	// minute with Also of requests a minute (Counts: throttle.CountsCalls)
+	// books a request's tokens and the request itself together.
 	Limit throttle.Limit
 	// Concurrency, when set, caps the requests in flight fleet-wide. A
 	// request takes its lease once its pace slot is due (never while it
@@ -81,18 +108,65 @@ type Transport struct {
 	// Key returns the throttle key of a request; default the request's
 	// host. Per-account quotas key by account.
 	Key func(*http.Request) string
+	// Cost returns a request's estimated cost in the Limit's units (an
+	// LLM call's prompt tokens plus its max output tokens); default 1, and
+	// anything below 1 reads as 1. It may read the request's body only
+	// through GetBody, leaving Body unread.
+	Cost func(*http.Request) int64
+	// Settle, when set, returns a call's real cost from its response
+	// (usage in the body or a header), or false to leave the estimate
+	// booked. It is called once, when the response body is read to its
+	// end or closed, with the first MaxSettleBody bytes of what the
+	// caller read of the body; the caller reads the body as if Settle
+	// were not there. A refused call (a 429, 503 or 529) is not settled.
+	Settle func(resp *http.Response, body []byte) (int64, bool)
+	// Follow names, for the Limit's own bucket and then each of
+	// Limit.Also's, the unit of the API's quota it follows (UnitRequests,
+	// UnitTokens, UnitInputTokens, UnitOutputTokens; "none" to follow
+	// nothing). By default a bucket that counts calls, and the Limit's own
+	// bucket when Cost is nil, follows UnitRequests (or a family's quota of
+	// unnamed units); the Limit's own bucket with a Cost follows
+	// UnitTokens.
+	Follow []string
+	// Headroom, from 0 to 1, is the share of each quota the API states
+	// (its limit, or the bucket's burst when it states none) that the
+	// buckets leave to the quota's other clients (the app's own
+	// interactive calls on the same key): a bucket holds no more than the
+	// API's remaining count less Headroom × limit. The policy file's
+	// downstream setting headroom: 25% sets 0.25. Default 0.
+	Headroom float64
 	// Metrics counts responses by code; nil for none.
 	Metrics *Metrics
 }
 
-type slotTakenKey struct{}
+// MaxSettleBody is the most of a response body that Transport keeps for
+// its Settle: an LLM API's usage comes after its answer.
+const MaxSettleBody = 256 << 10
 
-// WithSlotTaken marks ctx as carrying a request whose throttle slot was
-// taken already (the queue's worker takes it before a job runs), so that
-// Transport does not take a second one; it still reads the response's
-// limits and pauses the key.
-func WithSlotTaken(ctx context.Context) context.Context {
-	return context.WithValue(ctx, slotTakenKey{}, true)
+type handedKey struct{}
+
+// handed is a reservation handed to a Transport's first request.
+type handed struct {
+	r    throttle.Reservation
+	used atomic.Bool
+}
+
+// WithReservation returns ctx carrying r, a slot its caller booked and
+// waited for already (the queue's worker books the job's before its
+// handler runs), so that the first request a Transport sends with ctx
+// uses r instead of booking another: one call, one slot. Every later
+// request with ctx (an SDK's retry, a redirect) books its own.
+func WithReservation(ctx context.Context, r throttle.Reservation) context.Context {
+	return context.WithValue(ctx, handedKey{}, &handed{r: r})
+}
+
+// takeHanded returns the reservation ctx hands over, once.
+func takeHanded(ctx context.Context) (throttle.Reservation, bool) {
+	h, _ := ctx.Value(handedKey{}).(*handed)
+	if h == nil || !h.used.CompareAndSwap(false, true) {
+		return throttle.Reservation{}, false
+	}
+	return h.r, true
 }
 
 type ownPauseKey struct{}
@@ -107,8 +181,8 @@ func WithOwnPause(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownPauseKey{}, true)
 }
 
-// RoundTrip takes a slot, sends req, and feeds the response's limits back
-// into the throttle.
+// RoundTrip books a slot, sends req, and feeds the response back into
+// the throttle.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Throttle == nil {
 		return nil, errors.New("sluice: downstream.Transport: nil Throttle")
@@ -117,22 +191,35 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Key != nil {
 		key = t.Key(req)
 	}
+	r, own := takeHanded(ctx)
 	var lease *throttle.Lease
-	if taken, _ := ctx.Value(slotTakenKey{}).(bool); !taken {
+	if !own {
+		cost := int64(1)
+		if t.Cost != nil {
+			cost = max(t.Cost(req), 1)
+		}
 		var err error
 		if t.Concurrency != nil {
 			// Slot first, then the lease: none is held while the request
 			// sleeps for its slot or a pause.
-			_, lease, err = t.Throttle.WaitAcquire(ctx, key, t.Limit, 1, *t.Concurrency)
+			r, lease, err = t.Throttle.WaitAcquire(ctx, key, t.Limit, cost, *t.Concurrency)
 		} else {
-			_, err = t.Throttle.Wait(ctx, key, t.Limit, 1)
+			r, err = t.Throttle.Wait(ctx, key, t.Limit, cost)
 		}
 		if err != nil {
 			if req.Body != nil {
 				req.Body.Close()
 			}
-			return nil, err
+			return refusal(req, err)
 		}
+	}
+	fl := t.flight(key)
+	if err := fl.enter(ctx); err != nil {
+		release(lease)
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
 	}
 	if lease != nil {
 		// Kept while the request and its body are read: if the lease
@@ -141,19 +228,96 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(req)
 	if err != nil {
+		fl.leave(NotRefused)
 		release(lease)
 		t.Metrics.observe(t.Limit.Name, "error")
 		return nil, err
 	}
 	t.Metrics.observe(t.Limit.Name, codeLabel(resp.StatusCode))
-	if d := PauseOf(resp); d > 0 && ctx.Value(ownPauseKey{}) == nil {
-		// An error leaves the key unpaused: the next request finds out again.
-		_, _ = t.Throttle.Backoff(context.WithoutCancel(ctx), key, t.Limit, d)
+	f := ParseFeedback(resp.StatusCode, resp.Header, time.Now())
+	fl.leave(f.Refused)
+	t.feedback(context.WithoutCancel(ctx), key, r, f)
+	if t.Settle != nil && f.Refused == NotRefused {
+		resp.Body = &settlingBody{ReadCloser: resp.Body, done: func(body []byte) {
+			if actual, ok := t.Settle(resp, body); ok && actual >= 0 {
+				// Should Redis fail now, the estimate stands.
+				_ = t.Throttle.Settle(context.WithoutCancel(ctx), r, actual)
+			}
+		}}
 	}
 	if lease != nil {
 		resp.Body = &releasingBody{ReadCloser: resp.Body, lease: lease}
 	}
 	return resp, nil
+}
+
+// feedback acts on what a response said (Transport has the rule). Errors
+// of Redis leave the key as it is: the next response tells again.
+func (t *Transport) feedback(ctx context.Context, key string, r throttle.Reservation, f Feedback) {
+	if levels := t.levels(f); len(levels) > 0 {
+		_, _ = t.Throttle.Observe(ctx, key, t.Limit, levels...)
+	}
+	if f.Refused == ConcurrencyRefused || f.Refused == Overloaded {
+		// The API did not serve the call: it cost no quota.
+		_ = t.Throttle.Settle(ctx, r, 0)
+	}
+	d, step := pauseFor(f)
+	if d <= 0 || ctx.Value(ownPauseKey{}) != nil {
+		return
+	}
+	if step {
+		_, _ = t.Throttle.Backoff(ctx, key, t.Limit, d)
+	} else {
+		_, _ = t.Throttle.Pause(ctx, key, t.Limit, d)
+	}
+}
+
+// levels are the buckets' levels f reports, less the headroom: each
+// bucket's, by the unit it follows (Transport.Follow).
+func (t *Transport) levels(f Feedback) []throttle.Level {
+	if f.nq == 0 {
+		return nil
+	}
+	var out []throttle.Level
+	for i := 0; i <= len(t.Limit.Also); i++ {
+		unit := t.follows(i)
+		q, ok := f.Quota(unit)
+		if !ok && unit == UnitRequests {
+			q, ok = f.Quota("")
+		}
+		if !ok || q.Remaining < 0 {
+			continue
+		}
+		left := q.Remaining
+		if h := min(max(t.Headroom, 0), 1); h > 0 {
+			size := q.Limit
+			if size <= 0 {
+				size = t.burst(i)
+			}
+			left -= int64(math.Ceil(h * float64(size)))
+		}
+		out = append(out, throttle.Level{Bucket: i, Left: max(left, 0)})
+	}
+	return out
+}
+
+// follows is the unit bucket i follows (Transport.Follow).
+func (t *Transport) follows(i int) string {
+	if i < len(t.Follow) && t.Follow[i] != "" {
+		return t.Follow[i]
+	}
+	if i > 0 && t.Limit.Also[i-1].Counts == throttle.CountsCalls || i == 0 && t.Cost == nil {
+		return UnitRequests
+	}
+	return UnitTokens
+}
+
+// burst is bucket i's burst, 1 when unset.
+func (t *Transport) burst(i int) int64 {
+	if i == 0 {
+		return max(t.Limit.Burst, 1)
+	}
+	return max(t.Limit.Also[i-1].Burst, 1)
 }
 
 func release(l *throttle.Lease) {
@@ -174,6 +338,34 @@ func (b *releasingBody) Close() error {
 	b.once.Do(func() { release(b.lease) })
 	return err
 }
+
+// settlingBody keeps the first MaxSettleBody bytes the caller reads and
+// calls done with them once: at the body's end, or when it is closed.
+type settlingBody struct {
+	io.ReadCloser
+	kept []byte
+	once sync.Once
+	done func([]byte)
+}
+
+func (b *settlingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if room := MaxSettleBody - len(b.kept); room > 0 {
+		b.kept = append(b.kept, p[:min(n, room)]...)
+	}
+	if err == io.EOF {
+		b.finish()
+	}
+	return n, err
+}
+
+func (b *settlingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.finish()
+	return err
+}
+
+func (b *settlingBody) finish() { b.once.Do(func() { b.done(b.kept) }) }
 
 // Metrics counts downstream responses.
 type Metrics struct {
@@ -218,26 +410,65 @@ func codeLabel(status int) string {
 }
 
 // PauseOf is how long the Transport pauses the fleet after resp, from what
-// ParseFeedback reads in it: for a response refused for its rate
-// (Limited), RetryAfter when above 0 (0 would retry in a hot loop), else
-// Reset when Remaining is 0, else DefaultBackoff; for any other, Reset
-// when Remaining is 0 (the next call would be refused), DefaultBackoff for
-// a 503, else 0. At most DefaultMaxPause.
+// ParseFeedback reads in it (pauseFor has the rule). At most
+// DefaultMaxPause.
 func PauseOf(resp *http.Response) time.Duration {
-	return pauseAt(resp.StatusCode, resp.Header, time.Now())
+	d, _ := pauseFor(ParseFeedback(resp.StatusCode, resp.Header, time.Now()))
+	return d
 }
 
-// pauseAt is PauseOf at time now.
+// pauseAt is PauseOf of a response of status and h at time now.
 func pauseAt(status int, h http.Header, now time.Time) time.Duration {
-	f := ParseFeedback(status, h, now)
+	d, _ := pauseFor(ParseFeedback(status, h, now))
+	return d
+}
+
+// pauseFor is the pause after a response of feedback f, at most
+// DefaultMaxPause, and whether it steps the fleet's pace down (only a
+// rate refusal does):
+//
+//   - a rate refusal: RetryAfter when above 0 (0 would retry in a hot
+//     loop), else the time until the quotas at 0 free a unit (f.Next: a
+//     reset that means "full again" reads as Reset/Limit, not as Reset),
+//     else the vendor's guidance: GitHub's minute for a secondary limit
+//     that says nothing, DefaultBackoff (no longer than the reset of a
+//     quota at 0 that refills steadily) for the others;
+//   - a concurrency refusal: RetryAfter, else f.Next or
+//     ConcurrencyBackoff, the longer;
+//   - an overload (503, 529): RetryAfter, else f.Next or DefaultBackoff,
+//     the longer;
+//   - any other response: f.Next, the time until a quota the response
+//     leaves at 0 frees a unit.
+func pauseFor(f Feedback) (time.Duration, bool) {
 	var d time.Duration
-	switch {
-	case f.Limited && f.RetryAfter > 0:
-		d = f.RetryAfter
-	case f.Remaining == 0 && f.Reset > 0:
-		d = f.Reset
-	case f.Limited || status == http.StatusServiceUnavailable:
-		d = DefaultBackoff
+	switch f.Refused {
+	case RateRefused:
+		d = cmp.Or(f.RetryAfter, f.Next(), guidance(f))
+	case ConcurrencyRefused:
+		d = cmp.Or(f.RetryAfter, max(f.Next(), ConcurrencyBackoff))
+	case Overloaded:
+		d = cmp.Or(f.RetryAfter, max(f.Next(), DefaultBackoff))
+	default:
+		d = f.Next()
 	}
-	return min(d, DefaultMaxPause)
+	return min(d, DefaultMaxPause), f.Refused == RateRefused
+}
+
+// guidance is the wait after a rate refusal that states no wait of its
+// own (pauseFor).
+func guidance(f Feedback) time.Duration {
+	if f.Resource != "" && !f.HasRetryAfter && f.Remaining != 0 {
+		// GitHub's secondary limits: "wait for at least one minute".
+		return time.Minute
+	}
+	var full time.Duration
+	for _, q := range f.Quotas() {
+		if q.Remaining == 0 && q.Full {
+			full = max(full, q.Reset)
+		}
+	}
+	if full > 0 {
+		return min(full, DefaultBackoff)
+	}
+	return DefaultBackoff
 }

@@ -62,10 +62,14 @@ func TestTransportPacesAndPauses(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("status %d, want 429", resp.StatusCode)
 	}
-	_, err = client.Get(fake.URL() + "/x")
+	resp, err = client.Get(fake.URL() + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	var far *throttle.TooFarError
-	if !errors.As(err, &far) || far.Paused < 29*time.Second {
-		t.Fatalf("after a 429 with Retry-After 30: %v; want a TooFarError from a 30s pause", err)
+	if !errors.As(OwnRefusal(resp), &far) || far.Paused < 29*time.Second || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("after a 429 with Retry-After 30: %d, %v; want a 429 of sluice's for a TooFarError from a 30s pause", resp.StatusCode, OwnRefusal(resp))
 	}
 	if n := fake.Counts().Total; n != 6 {
 		t.Fatalf("the downstream saw %d calls, want 6: none during the pause", n)
@@ -84,7 +88,7 @@ func TestTransportConcurrencyReleasedOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Get(fake.URL()); !errors.Is(err, throttle.ErrBusy) {
+	if r, err := client.Get(fake.URL()); err != nil || !errors.Is(OwnRefusal(r), throttle.ErrBusy) {
 		t.Fatalf("second request while the first body is open: %v; want busy", err)
 	}
 	// A request that may wait gets the slot as soon as the first body is
@@ -219,7 +223,7 @@ func TestTransportOwnPause(t *testing.T) {
 	}
 	fake.SetFault(downstreamtest.FaultNone)
 	var far *throttle.TooFarError
-	if _, err := get(context.Background()); !errors.As(err, &far) {
+	if resp, err := get(context.Background()); err != nil || !errors.As(OwnRefusal(resp), &far) {
 		t.Fatalf("after an unmarked refusal: %v; want the key paused", err)
 	}
 }

@@ -53,6 +53,10 @@ type Downstream struct {
 	// (DownstreamFailed) for throttle.DefaultCircuitCooldown; Failures
 	// negative for none. Its Name is the Limit's.
 	Circuit throttle.Circuit
+	// Headroom, from 0 to 0.9, is the share of the quota the API reports
+	// that the built-in HTTP job's bucket leaves to the quota's other
+	// clients (downstream.Transport.Headroom); 0 leaves none.
+	Headroom float64
 }
 
 // DefaultMaxRefusals is a Downstream's MaxRefusals unless it sets one:

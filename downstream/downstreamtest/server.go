@@ -43,6 +43,11 @@ type Config struct {
 	// call consumes no quota. A call is in flight from its arrival until
 	// its answer is written (or its client gives up).
 	MaxConcurrent int
+	// ConcurrencyReason, when set, answers a call refused for
+	// MaxConcurrent as Stripe does: 429 without Retry-After, with
+	// Stripe-Rate-Limited-Reason set to it ("global-concurrency"); the
+	// quota's refusals then carry Stripe-Rate-Limited-Reason: global-rate.
+	ConcurrencyReason string
 	// Clock reads the time of each arrival, with the server's lock held;
 	// nil means time.Now.
 	Clock func() time.Time
@@ -231,6 +236,15 @@ func MaxInWindow(arrivals []time.Time, window time.Duration) int {
 // decide returns the answer to the call arriving at at, with status 0 for
 // no answer (FaultHang); f.mu must be held and the call counted in flight.
 func (f *Server) decide(at time.Time) (status int, retryAfter, body string) {
+	status, retryAfter, body = f.decideQuota(at)
+	if f.cfg.ConcurrencyReason != "" && body == bodyConcurrency {
+		retryAfter = ""
+	}
+	return status, retryAfter, body
+}
+
+// decideQuota is decide, before ConcurrencyReason.
+func (f *Server) decideQuota(at time.Time) (status int, retryAfter, body string) {
 	switch flt := f.fault; {
 	case flt.hang:
 		return 0, "", ""
@@ -297,6 +311,12 @@ func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if retryAfter != "" {
 		w.Header().Set("Retry-After", retryAfter)
+	}
+	if reason := f.cfg.ConcurrencyReason; reason != "" && status == http.StatusTooManyRequests {
+		if body != bodyConcurrency {
+			reason = "global-rate"
+		}
+		w.Header().Set("Stripe-Rate-Limited-Reason", reason)
 	}
 	// The answer is about to leave: the call is no longer in flight, so a
 	// client that waits for it before sending the next one never finds

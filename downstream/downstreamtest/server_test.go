@@ -627,3 +627,26 @@ func TestMaxInWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestFakeConcurrencyReason: with ConcurrencyReason, a call over
+// MaxConcurrent is refused as Stripe refuses it (no Retry-After, the
+// reason named), and a call over the quota names the rate.
+func TestFakeConcurrencyReason(t *testing.T) {
+	f := NewServer(Config{Rate: 1, Tolerance: -1, MaxConcurrent: 1, Latency: time.Hour, ConcurrencyReason: "global-concurrency"})
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL()+"/slow", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	fakeEventually(t, "one call in flight", func() bool { return f.Counts().InFlight == 1 })
+	fakeWant(t, "over the cap", fakeGet(t, f), 429, "Retry-After", "", "Stripe-Rate-Limited-Reason", "global-concurrency")
+	cancel()
+	<-done
+	fakeEventually(t, "no call in flight", func() bool { return f.Counts().InFlight == 0 })
+	fakeWant(t, "over the rate", fakeGet(t, f), 429, "Retry-After", "1", "Stripe-Rate-Limited-Reason", "global-rate")
+}

@@ -60,13 +60,18 @@ type Request struct {
 }
 
 // Handler runs Type jobs: it sends the request through a
-// downstream.Transport (the worker has taken the job's slot already, so the
-// Transport only reads the response's limits) and maps the answer onto the
+// downstream.Transport, handing it the slot the worker booked for the job
+// (downstream.WithReservation), so that the call is booked once and the
+// Transport reads the response's limits, and maps the answer onto the
 // queue:
 //
 //   - 2xx: done;
-//   - 429, or 503: the downstream is paused fleet-wide (by Retry-After, or
-//     the RateLimit fields, or downstream.DefaultBackoff) and the job
+//   - a 429 for calls in flight (Stripe's *-concurrency): the job is
+//     rescheduled after downstream.ConcurrencyBackoff, spending no retry
+//     and not counted as a refusal;
+//   - 429, 503 or 529: the downstream is paused fleet-wide (by
+//     Retry-After, or the vendor's fields, or downstream.DefaultBackoff;
+//     downstream.Transport has the rule) and the job
 //     rescheduled for then, spending no retry (queue.Refused); a job
 //     refused its downstream's MaxRefusals times is archived, with the
 //     last status in the error;
@@ -132,7 +137,11 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		// ErrURLNotAllowed, ErrTenantURL).
 		return queue.Permanent(fmt.Errorf("sluice: %s job %s: %w", Type, job.ID, err))
 	}
-	ctx = downstream.WithSlotTaken(ctx)
+	if r, ok := queue.Reservation(ctx); ok {
+		// The worker booked the job's slot: the call's first request uses
+		// it, so the call is booked once; a redirect books its own.
+		ctx = downstream.WithReservation(ctx, r)
+	}
 	if job.Refusals() > 0 {
 		// Refused before: a refusal now pauses only this job, not the
 		// fleet (downstream.WithOwnPause).
@@ -160,13 +169,19 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 		hr.Header.Set(k, v)
 	}
 	key := queue.ThrottleKey(job, target.PerTenant)
-	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics}
+	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics,
+		Headroom: target.Headroom}
 	resp, err := tr.RoundTrip(hr)
 	if err != nil {
 		// The URL may carry credentials: say only where it went.
 		return fmt.Errorf("sluice: %s job %s to %s: %w", Type, job.ID, hr.URL.Host, redact(err, req.URL))
 	}
 	defer resp.Body.Close()
+	if err := downstream.OwnRefusal(resp); err != nil {
+		// sluice's refusal, not the downstream's: a slot too far or every
+		// lease held puts the job back for that time, spending no retry.
+		return err
+	}
 	head := 512 // for the error
 	if len(target.CostFrom.JSON) > 0 {
 		head = maxCostBody
@@ -190,7 +205,11 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return nil
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+	case downstream.ParseFeedback(code, resp.Header, time.Now()).Refused == downstream.ConcurrencyRefused:
+		// Too many calls in flight, not too fast: again after the short
+		// back-off, not counted against max_refusals.
+		return queue.Reschedule(downstream.PauseOf(resp), fmt.Sprintf("HTTP %d from %s: too many calls in flight", code, hr.URL.Host))
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable || code == 529:
 		// Again when the pause the Transport set for the fleet ends (PauseOf
 		// is never 0 for a 429 or 503).
 		// A refusal: the job is archived at the downstream's max_refusals.

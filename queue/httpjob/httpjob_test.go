@@ -71,7 +71,9 @@ func TestOutcomes(t *testing.T) {
 		return queue.Downstream{Limit: throttle.Limit{Name: "api", Rate: 100}}, nil
 	}}
 	run := func(payload string) error {
-		return job.ProcessJob(context.Background(), &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)})
+		// With the slot the worker would have booked: the call books none.
+		ctx := queue.WithReservation(context.Background(), th, throttle.Reservation{OK: true})
+		return job.ProcessJob(ctx, &queue.Job{ID: "j", Tenant: "t", Type: Type, Downstream: "api", Payload: []byte(payload)})
 	}
 	ok := `{"method":"POST","url":"` + api + `/v1/orders","body":"x"}`
 	for _, c := range []struct {
@@ -83,6 +85,14 @@ func TestOutcomes(t *testing.T) {
 	}{
 		{200, nil, ok, func(err error) bool { return err == nil }, "done"},
 		{204, nil, ok, func(err error) bool { return err == nil }, "done"},
+		{429, http.Header{"Stripe-Rate-Limited-Reason": {"global-concurrency"}}, ok, func(err error) bool {
+			var re *queue.RescheduleError
+			return errors.As(err, &re) && re.After == downstream.ConcurrencyBackoff && !re.Refused
+		}, "rescheduled after the short back-off of too many calls in flight, no refusal"},
+		{529, nil, ok, func(err error) bool {
+			var re *queue.RescheduleError
+			return errors.As(err, &re) && re.After == downstream.DefaultBackoff && re.Refused
+		}, "an overload: rescheduled after the default backoff, a refusal"},
 		{429, http.Header{"Retry-After": {"7"}}, ok, func(err error) bool {
 			var re *queue.RescheduleError
 			return errors.As(err, &re) && re.After == 7*time.Second && re.Refused

@@ -72,6 +72,7 @@ type downstreamFile struct {
 	// circuit_failures 0 is no circuit; absent, the default.
 	CircuitFailures int64         `yaml:"circuit_failures"`
 	CircuitCooldown time.Duration `yaml:"circuit_cooldown"`
+	Headroom        string        `yaml:"headroom"`
 }
 
 type rateFile struct {

@@ -253,6 +253,13 @@ func (p *parser) downstream(df *downstreamFile, name, path string) queue.Downstr
 	if p.has(path + ".headers") {
 		d.Headers = p.headers(df.Headers, path+".headers")
 	}
+	if n := p.value(path + ".headroom"); n != nil {
+		h, ok := parseShare(df.Headroom)
+		if !ok || h > 0.9 {
+			p.add(n, path+".headroom", nil, "must be a share of the quota from 0%% to 90%% (25%% or 0.25), got %q", df.Headroom)
+		}
+		d.Headroom = h
+	}
 	if n := p.value(path + ".cost_from"); n != nil {
 		cf, err := queue.ParseCostFrom(df.CostFrom)
 		if err != nil {
