@@ -38,7 +38,7 @@ type EnqueueResponse struct {
 	ID     string `json:"id,omitempty"`
 	Depth  int64  `json:"depth,omitempty"`
 	Error  string `json:"error,omitempty"`
-	Reason string `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable
+	Reason string `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable; with keys (HTTPKeyHandler) missing_key, bad_key, forbidden_tenant, too_many_failures
 	// RetryAfter is how long to wait before trying again, in seconds to
 	// the millisecond (rounded up); Retry-After gives it in whole seconds.
 	RetryAfter float64 `json:"retry_after,omitempty"`
@@ -105,6 +105,9 @@ func httpHandler(p *Producer, b *byteBudget) http.Handler {
 		}
 		if err != nil {
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
+			return
+		}
+		if !keyTenant(w, r, &job) { // HTTPKeyHandler's check
 			return
 		}
 		rc, err := p.Enqueue(r.Context(), job)
