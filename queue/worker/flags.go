@@ -43,6 +43,8 @@ func NewFlags(fs *flag.FlagSet, getenv func(string) string) *Flags {
 	fs.IntVar(&c.Concurrency, "concurrency", defaultConcurrency, "jobs this process runs at once")
 	fs.Float64Var(&c.Fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long SIGTERM lets running jobs finish")
+	fs.BoolVar(&c.EnqueueKeys, "enqueue-keys", envBool("SLUICE_ENQUEUE_KEYS"), "POST /enqueue takes only callers with an API key of the queue, the job's tenant the key's; manage keys with \"enqueue keys\" (env SLUICE_ENQUEUE_KEYS)")
+	fs.StringVar(&c.OperatorToken, "operator-token", getenv("SLUICE_OPERATOR_TOKEN"), "token required on the page (/), /metrics and /monitoring/ (bearer, or a basic-auth password), at least 16 bytes; prefer the environment variable, a flag shows in ps (env SLUICE_OPERATOR_TOKEN)")
 	fs.BoolVar(&f.readOnly, "monitor-read-only", true, "serve asynqmon's UI at /monitoring/ read-only (false lets it delete and retry tasks)")
 	return f
 }
