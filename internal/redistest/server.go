@@ -48,7 +48,7 @@ type Server struct {
 	// ready is what the log says once the server is ready, in lower
 	// case; default "ready to accept connections" (a Sentinel's differs).
 	ready string
-	args []string
+	args  []string
 
 	mu   sync.Mutex // serialises Stop, Kill and Restart
 	proc *process   // the current process
