@@ -258,3 +258,43 @@ func (s *Sentinel) primary(ctx context.Context) (*Server, error) {
 	}
 	return nil, errors.New("the Sentinels name " + strconv.Quote(named) + ", none of the servers")
 }
+
+// Synced waits until the replica, as started, has every write the
+// primary as started had when Synced was called (its replication
+// offset), so that a test can kill the primary knowing what the replica
+// holds. Call it before a failover. Failures are fatal to tb.
+func (s *Sentinel) Synced(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	offset := func(srv *Server, field string) (int64, error) {
+		c := redis.NewClient(srv.Options())
+		defer c.Close()
+		info, err := c.Info(ctx, "replication").Result()
+		if err != nil {
+			return 0, err
+		}
+		for line := range strings.Lines(info) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+				return strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return 0, errors.New("no " + field + " in INFO replication")
+	}
+	primary, replica := s.servers[0], s.servers[1]
+	want, err := offset(primary, "master_repl_offset")
+	if err != nil {
+		tb.Fatalf("redistest: the primary's replication offset: %v", err)
+	}
+	for {
+		got, err := offset(replica, "slave_repl_offset")
+		if err == nil && got >= want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("redistest: the replica did not reach offset %d within %v (at %d, %v)", want, timeout, got, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

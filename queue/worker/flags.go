@@ -32,7 +32,7 @@ func NewFlags(fs *flag.FlagSet, getenv func(string) string) *Flags {
 	}
 	f := &Flags{}
 	c := &f.cfg
-	fs.StringVar(&c.RedisURL, "redis", getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; \"embedded\" starts an in-memory Redis whose jobs are lost on exit (env SLUICE_REDIS_URL)")
+	fs.StringVar(&c.RedisURL, "redis", getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; redis+sentinel://[user:pass@]host:port,host:port/master?db=0&sentinel_password=... (rediss+sentinel:// for TLS) for a primary Redis Sentinel names; \"embedded\" starts an in-memory Redis whose jobs are lost on exit (env SLUICE_REDIS_URL)")
 	fs.BoolVar(&c.AllowEvictingRedis, "allow-evicting-redis", envBool("SLUICE_ALLOW_EVICTING_REDIS"), "run on a Redis whose maxmemory-policy may evict keys, which loses jobs when it is full; warns, and sets sluice_redis_evicting (env SLUICE_ALLOW_EVICTING_REDIS)")
 	fs.DurationVar(&c.RedisCheckEvery, "redis-check-every", defaultRedisCheckEvery, "how often the worker checks that Redis kept its data (a marker key) and reads its memory use")
 	fs.StringVar(&c.RedisCAFile, "redis-ca", getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")

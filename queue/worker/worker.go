@@ -56,6 +56,9 @@ type Config struct {
 	Redis redis.UniversalClient
 	// RedisURL is redis://[user:password@]host:port/db, or rediss://
 	// for TLS; with RedisCluster it gives only the credentials and TLS.
+	// redis+sentinel://[user:password@]host:port,.../master?db=N&
+	// sentinel_password=... (rediss+sentinel:// for TLS) follows the
+	// primary that Redis Sentinel names, through a failover.
 	// EmbeddedRedis ("embedded") starts an in-memory Redis for trials.
 	RedisURL string
 	// RedisCluster is a comma-separated list of Redis Cluster addresses.
