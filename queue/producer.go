@@ -83,8 +83,10 @@ type Config struct {
 	// Replicas, when above 0, makes Enqueue answer success only once
 	// that many replicas have the job (Redis's WAIT, in the enqueue's
 	// own round trip), so that a failover cannot lose an accepted job;
-	// else a *NotReplicatedError (docs/reliability.md, Replicated
-	// enqueue). Default 0: success once the primary has it.
+	// else a *NotReplicatedError (docs/reliability.md, A failover, and
+	// replicated enqueue). It needs a *redis.Client (a failover one
+	// among them) or a *redis.ClusterClient. Default 0: success once
+	// the primary has it.
 	Replicas int
 	// ReplicaTimeout is how long Enqueue waits for the replicas under
 	// Replicas; default DefaultReplicaTimeout. Keep it below the
