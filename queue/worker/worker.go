@@ -79,7 +79,8 @@ type Config struct {
 	// Listen is the address of the HTTP endpoints: the sluice page at
 	// /, POST /enqueue, /metrics, /healthz and asynqmon at /monitoring/;
 	// default "127.0.0.1:9090". Loopback unless something in front
-	// authenticates: POST /enqueue takes jobs from anyone who reaches it.
+	// authenticates, or with EnqueueKeys and OperatorToken: without
+	// them POST /enqueue takes jobs from anyone who reaches it.
 	Listen string
 	// Listener, when set, is where the endpoints are served instead of
 	// Listen (a program that wants port 0, or its own socket); Run
