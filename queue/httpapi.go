@@ -38,7 +38,7 @@ type EnqueueResponse struct {
 	ID     string `json:"id,omitempty"`
 	Depth  int64  `json:"depth,omitempty"`
 	Error  string `json:"error,omitempty"`
-	Reason string `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable
+	Reason string `json:"reason,omitempty"` // invalid, duplicate, rate_limited, queue_full, tenant_full, redis_full, redis_evicts, busy, unavailable, not_replicated (Config.Replicas); with keys (HTTPKeyHandler) missing_key, bad_key, forbidden_tenant, too_many_failures
 	// RetryAfter is how long to wait before trying again, in seconds to
 	// the millisecond (rounded up); Retry-After gives it in whole seconds.
 	RetryAfter float64 `json:"retry_after,omitempty"`
@@ -107,6 +107,9 @@ func httpHandler(p *Producer, b *byteBudget) http.Handler {
 			reply(w, http.StatusBadRequest, EnqueueResponse{Error: "body: " + err.Error(), Reason: "invalid"})
 			return
 		}
+		if !keyTenant(w, r, &job) { // HTTPKeyHandler's check
+			return
+		}
 		rc, err := p.Enqueue(r.Context(), job)
 		var rl *RateLimitedError
 		var qf *QueueFullError
@@ -140,6 +143,8 @@ func httpHandler(p *Producer, b *byteBudget) http.Handler {
 			reply(w, http.StatusInsufficientStorage, EnqueueResponse{Error: "Redis is out of memory: the queue takes no job until the workers have drained some; retry later", Reason: "redis_full", RetryAfter: 5})
 		case errors.Is(err, ErrRedisEvicts):
 			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "Redis may evict keys (its maxmemory-policy is not noeviction): the queue takes no job until it is set to noeviction", Reason: "redis_evicts"})
+		case errors.Is(err, ErrNotReplicated): // stored on the primary only (Config.Replicas)
+			reply(w, http.StatusServiceUnavailable, notReplicated(err))
 		default:
 			w.Header().Set("Retry-After", "1")
 			reply(w, http.StatusServiceUnavailable, EnqueueResponse{Error: "the queue is unavailable; retry", Reason: "unavailable", RetryAfter: 1})

@@ -80,6 +80,18 @@ type Config struct {
 	// evicted key is a lost job, a drifting counter or a broken quota:
 	// without it Enqueue refuses with a *RedisEvictsError.
 	AllowEviction bool
+	// Replicas, when above 0, makes Enqueue answer success only once
+	// that many replicas have the job (Redis's WAIT, in the enqueue's
+	// own round trip), so that a failover cannot lose an accepted job;
+	// else a *NotReplicatedError (docs/reliability.md, A failover, and
+	// replicated enqueue). It needs a *redis.Client (a failover one
+	// among them) or a *redis.ClusterClient. Default 0: success once
+	// the primary has it.
+	Replicas int
+	// ReplicaTimeout is how long Enqueue waits for the replicas under
+	// Replicas; default DefaultReplicaTimeout. Keep it below the
+	// client's ReadTimeout (go-redis: 3 s).
+	ReplicaTimeout time.Duration
 
 	// clock, when set, replaces the Redis server's clock in the scripts.
 	// Only this package's tests set it.
@@ -90,6 +102,10 @@ func (c *Config) fill() error {
 	c.Queue = cmp.Or(c.Queue, "default")
 	c.Prefix = cmp.Or(c.Prefix, DefaultPrefix)
 	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
+	c.ReplicaTimeout = cmp.Or(c.ReplicaTimeout, DefaultReplicaTimeout)
+	if c.Replicas < 0 || c.ReplicaTimeout < time.Millisecond {
+		return fmt.Errorf("sluice: queue %q: Replicas must not be negative and ReplicaTimeout must be at least 1ms, got %d and %v", c.Queue, c.Replicas, c.ReplicaTimeout)
+	}
 	if !names.Valid(c.Queue, names.MaxLen, "") {
 		return fmt.Errorf("sluice: queue name %.64q: use at most 64 bytes of letters, digits and _.-", c.Queue)
 	}
@@ -285,10 +301,10 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	if !job.RunAt.IsZero() {
 		due = max(job.RunAt.UnixMicro(), 1)
 	}
-	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
+	v, acked, err := p.runEnqueue(ctx, scripts.QueueEnqueue(alg),
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks, k.held},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick)).Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick))
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
 	}
@@ -309,7 +325,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 		if tp.Admission != nil {
 			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: n[2], ResetAfter: time.Duration(n[3]) * time.Microsecond}
 		}
-		return r, nil
+		return p.replicated(r, acked)
 	case enqueueFull:
 		e := &QueueFullError{Queue: p.cfg.Queue, Depth: n[1], Bound: n[2]}
 		if len(p.shards) > 1 {

@@ -54,6 +54,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
           {"tenant":"t","type":"x","payload":{...},"downstream":"d","id":"...","cost":1,
            "run_in":"10m" or "run_at":"2026-11-27T09:00:00Z"})
   enqueue -policy policy.yaml stats
+  enqueue -policy policy.yaml keys add|list|revoke|rotate ...   (API keys of POST /enqueue; enqueue keys help)
 
 `)
 	// Parse's own output goes nowhere: point the flag list at w.
@@ -84,7 +85,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	var job queue.Job // from the flags
 	fs := flag.NewFlagSet("enqueue", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss:// (env SLUICE_REDIS_URL)")
+	fs.StringVar(&o.redis.URL, "redis", os.Getenv("SLUICE_REDIS_URL"), "Redis URL, redis:// or rediss://, or redis+sentinel://host:port,.../master (env SLUICE_REDIS_URL)")
 	fs.StringVar(&o.redis.Cluster, "redis-cluster", os.Getenv("SLUICE_REDIS_CLUSTER"), "comma-separated Redis Cluster addresses (env SLUICE_REDIS_CLUSTER)")
 	fs.StringVar(&o.redis.CAFile, "redis-ca", os.Getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
 	fs.StringVar(&o.policy, "policy", os.Getenv("SLUICE_POLICY"), "policy file: the queue and the tenants' admission policies (env SLUICE_POLICY)")
@@ -115,6 +116,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintln(stderr, "enqueue:", err)
 		usage(stderr, fs)
 		return ExitUsage
+	}
+	if fs.Arg(0) == "keys" {
+		return keys(ctx, o.redis, o.policy, fs.Args()[1:], stdout, stderr)
 	}
 	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
 	switch {

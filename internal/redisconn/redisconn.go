@@ -1,10 +1,12 @@
 // Package redisconn turns the Redis flags that the worker and the enqueue
-// CLI share (-redis, -redis-cluster, -redis-ca) into a go-redis client.
+// CLI share (-redis, -redis-cluster, -redis-ca) into a go-redis client:
+// standalone, cluster, or a failover client of Redis Sentinel.
 //
 // Errors never quote the URL: it may hold a password.
 package redisconn
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -20,8 +22,11 @@ import (
 
 // Flags are the connection settings of a command.
 type Flags struct {
-	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS.
-	// With Cluster it gives only the credentials and TLS.
+	// URL is redis://[user:password@]host:port/db, or rediss:// for TLS;
+	// or redis+sentinel://[user:password@]host:port,.../master?db=N&
+	// sentinel_password=... (rediss+sentinel:// for TLS) for a primary
+	// that Redis Sentinel names. With Cluster it gives only the
+	// credentials and TLS.
 	URL string
 	// Cluster is a comma-separated list of Redis Cluster addresses.
 	Cluster string
@@ -37,8 +42,23 @@ const NotConfigured = "no Redis configured: set -redis or SLUICE_REDIS_URL (or -
 // Configured reports whether any Redis was named.
 func (f Flags) Configured() bool { return f.URL != "" || f.Cluster != "" }
 
-// Client builds the client the flags describe; it does not connect.
+// Client builds the client the flags describe; it does not connect. A
+// Sentinel URL (redis+sentinel://, rediss+sentinel://) gives a failover
+// client, a *redis.Client that follows the primary Sentinel names.
 func (f Flags) Client() (redis.UniversalClient, error) {
+	if IsSentinel(f.URL) {
+		if f.Cluster != "" {
+			return nil, errSentinelCluster
+		}
+		fo, err := parseSentinel(f.URL)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.trust(fo.TLSConfig); err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(fo), nil
+	}
 	var o *redis.Options
 	if f.URL != "" {
 		var err error
@@ -47,18 +67,12 @@ func (f Flags) Client() (redis.UniversalClient, error) {
 		}
 	}
 	if f.CAFile != "" {
-		if o == nil || o.TLSConfig == nil {
+		if o == nil {
 			return nil, errors.New("-redis-ca is set but -redis is not a rediss:// URL")
 		}
-		pem, err := os.ReadFile(f.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-ca: %w", err)
+		if err := f.trust(o.TLSConfig); err != nil {
+			return nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-redis-ca: no PEM certificate in %s", f.CAFile)
-		}
-		o.TLSConfig.RootCAs = pool
 	}
 	if f.Cluster != "" {
 		opts := &redis.ClusterOptions{Addrs: strings.FieldsFunc(f.Cluster, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
@@ -74,6 +88,27 @@ func (f Flags) Client() (redis.UniversalClient, error) {
 		return nil, errors.New("no Redis: set -redis or -redis-cluster")
 	}
 	return redis.NewClient(o), nil
+}
+
+// trust makes c trust the CAs of f.CAFile, if any; c is nil for a URL
+// without TLS.
+func (f Flags) trust(c *tls.Config) error {
+	if f.CAFile == "" {
+		return nil
+	}
+	if c == nil {
+		return errors.New("-redis-ca is set but -redis is not a rediss:// URL (or rediss+sentinel://)")
+	}
+	pem, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		return fmt.Errorf("-redis-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("-redis-ca: no PEM certificate in %s", f.CAFile)
+	}
+	c.RootCAs = pool
+	return nil
 }
 
 // parse is redis.ParseURL with errors that leave the URL out.

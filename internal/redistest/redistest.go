@@ -1,8 +1,9 @@
 // Package redistest runs real redis-server processes for sluice's tests and
 // benchmarks: a standalone server (Start; Launch outside a test), a
-// three-master Redis Cluster (StartCluster), and one of each shared by a
-// test binary (Shared, SharedCluster; use Main as TestMain), on which tests
-// keep to keys under KeyPrefix and never flush. Each server listens on a
+// three-master Redis Cluster (StartCluster), a primary and a replica
+// watched by three Sentinels (StartSentinel), and one standalone and one
+// cluster shared by a test binary (Shared, SharedCluster; use Main as
+// TestMain), on which tests keep to keys under KeyPrefix and never flush. Each server listens on a
 // port of 127.0.0.1 that this package picked, in a process group of its own,
 // and on Linux dies with the test binary however that exits. Without
 // redis-server, Require skips the test, or fails it (EnvRequire).

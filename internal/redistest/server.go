@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +44,11 @@ type Server struct {
 	port int
 	dir  string
 	pass string
-	args []string
+	pre  []string // arguments before the defaults: a Sentinel's config file and --sentinel
+	// ready is what the log says once the server is ready, in lower
+	// case; default "ready to accept connections" (a Sentinel's differs).
+	ready string
+	args  []string
 
 	mu   sync.Mutex // serialises Stop, Kill and Restart
 	proc *process   // the current process
@@ -157,8 +163,8 @@ func (s *Server) start() error {
 		return fmt.Errorf("redistest: %w", err)
 	}
 	from, _ := logf.Seek(0, io.SeekEnd) // a restart appends to the log
-	argv := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--daemonize", "no", "--logfile", ""}, s.args...)
+	argv := append(append(slices.Clone(s.pre), "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--daemonize", "no", "--logfile", ""), s.args...)
 	cmd := exec.Command(bin, argv...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = s.dir, logf, logf
 	err = StartProcess(cmd)
@@ -177,7 +183,7 @@ func (s *Server) start() error {
 	for {
 		log := readLog(logPath, from)
 		switch {
-		case strings.Contains(strings.ToLower(log), "ready to accept connections"):
+		case strings.Contains(strings.ToLower(log), cmp.Or(s.ready, "ready to accept connections")):
 			return nil
 		case p.exited() && strings.Contains(log, "already in use"):
 			return fmt.Errorf("redistest: %w: redis-server on %s exited; its log:\n%s", errPortTaken, s.Addr(), log)

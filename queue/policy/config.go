@@ -71,6 +71,11 @@ type Queue struct {
 	// Retention is how long asynq keeps a completed job, for asynqmon
 	// (the queue.ServerConfig.Retention of every worker); 0: not kept.
 	Retention time.Duration
+	// Replicas and ReplicaTimeout are queue.Config's: under Replicas
+	// above 0, enqueue succeeds only once that many replicas have the
+	// job (WAIT).
+	Replicas       int
+	ReplicaTimeout time.Duration
 	// Types are the job types that the queue's workers handle, the
 	// built-in httpjob.Type always among them; CheckJob refuses any
 	// other (ErrUnknownType). Nil, when the file has no queue.types:
@@ -155,7 +160,10 @@ func (c *Config) QueueConfig() queue.Config {
 		TenantBound: c.Queue.TenantBound,
 		Shards:      c.Queue.Shards,
 		MaxPayload:  int(c.Queue.MaxPayload),
-		Check:       c.CheckJob,
+		Replicas:    c.Queue.Replicas,
+		// The default (1s) where the file has none.
+		ReplicaTimeout: c.Queue.ReplicaTimeout,
+		Check:          c.CheckJob,
 		Tenants: func(id string) queue.TenantPolicy {
 			t, _ := c.TenantPolicy(id) // the zero Tenant, for none: queue's defaults
 			return queue.TenantPolicy{Admission: t.Policy, Weight: t.Weight, Class: t.Class}

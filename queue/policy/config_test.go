@@ -676,3 +676,22 @@ func TestGuardInTheFile(t *testing.T) {
 		t.Errorf("guard: -1s: %v; want it refused", err)
 	}
 }
+
+// TestQueueReplicas: queue.replicas and queue.replica_timeout reach
+// queue.Config; out of range is an error naming the field.
+func TestQueueReplicas(t *testing.T) {
+	c, err := Parse([]byte("queue:\n  bound: 10\n  replicas: 1\n  replica_timeout: 250ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qc := c.QueueConfig(); qc.Replicas != 1 || qc.ReplicaTimeout != 250*time.Millisecond {
+		t.Errorf("QueueConfig: replicas %d, timeout %v", qc.Replicas, qc.ReplicaTimeout)
+	}
+	for _, bad := range []string{"replicas: -1", "replicas: 17", "replica_timeout: 0s", "replica_timeout: 2m"} {
+		_, err := Parse([]byte("queue:\n  bound: 10\n  " + bad + "\n"))
+		field, _, _ := strings.Cut(bad, ":")
+		if err == nil || !strings.Contains(err.Error(), "queue."+field) {
+			t.Errorf("%s: %v, want an error naming queue.%s", bad, err, field)
+		}
+	}
+}

@@ -52,6 +52,9 @@ type queueFile struct {
 	MaxPayload  byteSize      `yaml:"max_payload"`
 	Retention   time.Duration `yaml:"retention"`
 	Types       []string      `yaml:"types"`
+	// Replicas and ReplicaTimeout: replicated enqueue (WAIT).
+	Replicas       int64         `yaml:"replicas"`
+	ReplicaTimeout time.Duration `yaml:"replica_timeout"`
 }
 
 type downstreamFile struct {

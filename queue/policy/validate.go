@@ -154,7 +154,9 @@ func (p *parser) queue(qf *queueFile) Queue {
 	inRange(p, "queue.prefetch", qf.Prefetch, 1, 1_000_000)
 	inRange(p, "queue.max_payload", qf.MaxPayload, 1, 64<<20)
 	inRange(p, "queue.retention", qf.Retention, 0, 30*24*time.Hour)
-	return Queue{Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Shards: int(cmp.Or(qf.Shards, 1)), Prefetch: int(cmp.Or(qf.Prefetch, 64)),
+	inRange(p, "queue.replicas", qf.Replicas, 0, 16)
+	inRange(p, "queue.replica_timeout", qf.ReplicaTimeout, time.Millisecond, time.Minute)
+	return Queue{Replicas: int(qf.Replicas), ReplicaTimeout: qf.ReplicaTimeout, Name: cmp.Or(qf.Name, "default"), Bound: qf.Bound, TenantBound: qf.TenantBound, Shards: int(cmp.Or(qf.Shards, 1)), Prefetch: int(cmp.Or(qf.Prefetch, 64)),
 		MaxPayload: int64(cmp.Or(qf.MaxPayload, queue.DefaultMaxPayload)), Retention: qf.Retention, Types: p.types(qf.Types)}
 }
 

@@ -32,7 +32,7 @@ func NewFlags(fs *flag.FlagSet, getenv func(string) string) *Flags {
 	}
 	f := &Flags{}
 	c := &f.cfg
-	fs.StringVar(&c.RedisURL, "redis", getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; \"embedded\" starts an in-memory Redis whose jobs are lost on exit (env SLUICE_REDIS_URL)")
+	fs.StringVar(&c.RedisURL, "redis", getenv("SLUICE_REDIS_URL"), "Redis URL: redis://[user:pass@]host:port/db, or rediss:// for TLS; redis+sentinel://[user:pass@]host:port,host:port/master?db=0&sentinel_password=... (rediss+sentinel:// for TLS) for a primary Redis Sentinel names; \"embedded\" starts an in-memory Redis whose jobs are lost on exit (env SLUICE_REDIS_URL)")
 	fs.BoolVar(&c.AllowEvictingRedis, "allow-evicting-redis", envBool("SLUICE_ALLOW_EVICTING_REDIS"), "run on a Redis whose maxmemory-policy may evict keys, which loses jobs when it is full; warns, and sets sluice_redis_evicting (env SLUICE_ALLOW_EVICTING_REDIS)")
 	fs.DurationVar(&c.RedisCheckEvery, "redis-check-every", defaultRedisCheckEvery, "how often the worker checks that Redis kept its data (a marker key) and reads its memory use")
 	fs.StringVar(&c.RedisCAFile, "redis-ca", getenv("SLUICE_REDIS_CA"), "PEM file of the CAs to trust for rediss:// instead of the system's (env SLUICE_REDIS_CA)")
@@ -44,6 +44,8 @@ func NewFlags(fs *flag.FlagSet, getenv func(string) string) *Flags {
 	fs.IntVar(&c.KeyShare, "key-share", 0, "the most goroutines one downstream (or downstream/tenant) holds while others have work; 0: a quarter of -concurrency")
 	fs.Float64Var(&c.Fallback, "fallback", 0, "share of each downstream's rate this process may use on its own while Redis is unreachable; 0 fails closed")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long SIGTERM lets running jobs finish")
+	fs.BoolVar(&c.EnqueueKeys, "enqueue-keys", envBool("SLUICE_ENQUEUE_KEYS"), "POST /enqueue takes only callers with an API key of the queue, the job's tenant the key's; manage keys with \"enqueue keys\" (env SLUICE_ENQUEUE_KEYS)")
+	fs.StringVar(&c.OperatorToken, "operator-token", getenv("SLUICE_OPERATOR_TOKEN"), "token required on the page (/), /metrics and /monitoring/ (bearer, or a basic-auth password), at least 16 bytes; prefer the environment variable, a flag shows in ps (env SLUICE_OPERATOR_TOKEN)")
 	fs.BoolVar(&f.readOnly, "monitor-read-only", true, "serve asynqmon's UI at /monitoring/ read-only (false lets it delete and retry tasks)")
 	return f
 }

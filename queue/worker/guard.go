@@ -1,6 +1,9 @@
 package worker
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -108,4 +111,60 @@ func (g *hostGuard) ownOrigin(values []string) bool {
 	scheme, host, _ := strings.Cut(strings.ToLower(values[0]), "://")
 	port := map[string]string{"http": "80", "https": "443"}[scheme]
 	return port != "" && !strings.ContainsAny(host, "/?#@ ") && g.allowed(host, port)
+}
+
+// minOperatorToken is the shortest Config.OperatorToken accepted.
+const minOperatorToken = 16
+
+// operatorGuard returns what wraps an operator endpoint (the page,
+// /metrics, /monitoring/): with a token, it answers 401 with a JSON
+// {"error","reason"} to a request that does not carry it, as a bearer
+// token or as the password of basic authentication (which a browser
+// asks for); without one, it leaves the endpoint open. The token is
+// compared by its SHA-256, in constant time, so neither its bytes nor
+// its length show in the time an answer takes.
+func operatorGuard(token string) func(http.Handler) http.Handler {
+	if token == "" {
+		return func(h http.Handler) http.Handler { return h }
+	}
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			given, ok := operatorCredential(r)
+			got := sha256.Sum256([]byte(given))
+			if ok && subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+				next.ServeHTTP(rw, r)
+				return
+			}
+			reason, msg := "missing_token", "this endpoint needs the operator token: Authorization: Bearer <token>, or basic authentication with it as the password"
+			if ok {
+				reason, msg = "bad_token", "the operator token is not valid"
+			}
+			rw.Header().Set("WWW-Authenticate", `Basic realm="sluice operator", charset="UTF-8"`)
+			rw.Header().Set("Content-Type", "application/json")
+			rw.Header().Set("Cache-Control", "no-store")
+			rw.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(rw).Encode(struct {
+				Error  string `json:"error"`
+				Reason string `json:"reason"`
+			}{msg, reason})
+		})
+	}
+}
+
+// operatorCredential returns the token r carries, as a bearer token or a
+// basic password, and whether it carries one.
+func operatorCredential(r *http.Request) (string, bool) {
+	if _, pass, ok := r.BasicAuth(); ok {
+		return pass, true
+	}
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", false
+	}
+	scheme, cred, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", true
+	}
+	return strings.TrimSpace(cred), true
 }

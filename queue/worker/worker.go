@@ -56,6 +56,9 @@ type Config struct {
 	Redis redis.UniversalClient
 	// RedisURL is redis://[user:password@]host:port/db, or rediss://
 	// for TLS; with RedisCluster it gives only the credentials and TLS.
+	// redis+sentinel://[user:password@]host:port,.../master?db=N&
+	// sentinel_password=... (rediss+sentinel:// for TLS) follows the
+	// primary that Redis Sentinel names, through a failover.
 	// EmbeddedRedis ("embedded") starts an in-memory Redis for trials.
 	RedisURL string
 	// RedisCluster is a comma-separated list of Redis Cluster addresses.
@@ -76,7 +79,8 @@ type Config struct {
 	// Listen is the address of the HTTP endpoints: the sluice page at
 	// /, POST /enqueue, /metrics, /healthz and asynqmon at /monitoring/;
 	// default "127.0.0.1:9090". Loopback unless something in front
-	// authenticates: POST /enqueue takes jobs from anyone who reaches it.
+	// authenticates, or with EnqueueKeys and OperatorToken: without
+	// them POST /enqueue takes jobs from anyone who reaches it.
 	Listen string
 	// Listener, when set, is where the endpoints are served instead of
 	// Listen (a program that wants port 0, or its own socket); Run
@@ -91,6 +95,16 @@ type Config struct {
 	// MonitorWritable lets asynqmon's UI delete and retry tasks; by
 	// default it is read-only.
 	MonitorWritable bool
+	// EnqueueKeys makes POST /enqueue take only callers with an API key
+	// of the queue, the job's tenant the key's (queue.HTTPKeyHandler;
+	// keys are managed with "enqueue keys" or queue.Producer.Keys). By
+	// default it takes any tenant's jobs from whoever reaches it.
+	EnqueueKeys bool
+	// OperatorToken, when set, is required on the page (/), /metrics and
+	// /monitoring/, as "Authorization: Bearer <token>" or as the password
+	// of HTTP basic authentication (any user name); at least 16 bytes.
+	// /healthz stays open.
+	OperatorToken string
 
 	// Concurrency is how many jobs this process runs at once; default
 	// 10.
@@ -211,6 +225,9 @@ func New(cfg *Config) (*Worker, error) {
 	hosts, err := allowedHosts(c.AllowedHosts)
 	if err != nil {
 		return bad("%v", err)
+	}
+	if c.OperatorToken != "" && len(c.OperatorToken) < minOperatorToken {
+		return bad("OperatorToken (-operator-token) is %d bytes; use at least %d random ones (openssl rand -hex 32)", len(c.OperatorToken), minOperatorToken)
 	}
 	c.AllowedHosts = hosts
 	c.Listen = cmp.Or(c.Listen, defaultListen)
@@ -368,7 +385,8 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	w.builtin.Store(&httpjob.Handler{Throttle: w.th, Metrics: dsMetrics, Base: base, Resolve: cfg.ResolveHTTP})
 
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{}))
+	op := operatorGuard(o.OperatorToken)
+	mux.Handle("/metrics", op(promhttp.HandlerFor(w.reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -378,12 +396,18 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
-	mux.HandleFunc("GET /{$}", w.servePage)
+	enqueue := queue.HTTPHandler(w.producer)
+	if o.EnqueueKeys {
+		if enqueue, err = queue.HTTPKeyHandler(w.producer, nil); err != nil {
+			return err
+		}
+	}
+	mux.Handle("/enqueue", enqueue)
+	mux.Handle("GET /{$}", op(http.HandlerFunc(w.servePage)))
 	// asynqmon is not closed: its Close would close client, which is
 	// closed by its owner.
-	mux.Handle("/monitoring/", asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: sharedConn{client},
-		ReadOnly: !o.MonitorWritable, PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)}))
+	mux.Handle("/monitoring/", op(asynqmon.New(asynqmon.Options{RootPath: "/monitoring", RedisConnOpt: sharedConn{client},
+		ReadOnly: !o.MonitorWritable, PayloadFormatter: asynqmon.PayloadFormatterFunc(redactedPayload)})))
 	ln := o.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", o.Listen); err != nil {
@@ -406,7 +430,6 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		ConnState:         cl.connState,
 	}
 	if tcp, ok := w.ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		w.log.Warn("sluice: the HTTP endpoints (including POST /enqueue) listen beyond loopback; put them behind something that authenticates", "addr", w.ln.Addr().String())
 		if tcp.IP.IsUnspecified() && len(o.AllowedHosts) == 0 {
 			w.log.Warn("sluice: listening on every address, the HTTP endpoints answer only to localhost, 127.0.0.1 and [::1]: give the names clients use with AllowedHosts (-allowed-hosts)", "addr", w.ln.Addr().String())
 		}
@@ -443,6 +466,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	w.log.Info("sluice worker started", "queue", w.policy.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.cfg.Concurrency,
 		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
 	w.logUnlistedTypes()
+	w.logAccess()
 	loops.Go(func() {
 		tick := time.NewTicker(sampleEvery)
 		defer tick.Stop()
@@ -481,6 +505,28 @@ func (w *Worker) serve(ctx context.Context) error {
 	w.log.Info("sluice worker stopped", "jobs_run", tally.total.Load(), "running_at_stop", running,
 		"finished_after_stop", finished, "returned_to_queue", returned)
 	return err
+}
+
+// logAccess says, in one line, who may use the HTTP endpoints: a warning
+// when they listen beyond loopback with POST /enqueue or the operator
+// endpoints open.
+func (w *Worker) logAccess() {
+	addr := w.ln.Addr().String()
+	tcp, ok := w.ln.Addr().(*net.TCPAddr)
+	loopback := ok && tcp.IP.IsLoopback()
+	keys, token := w.cfg.EnqueueKeys, w.cfg.OperatorToken != ""
+	switch {
+	case keys && token:
+		w.log.Info("sluice: POST /enqueue takes callers with an API key of the queue (-enqueue-keys); the page, /metrics and /monitoring/ need the operator token", "addr", addr)
+	case loopback && !keys:
+		w.log.Info("sluice: POST /enqueue takes any tenant's jobs from whoever reaches it (no -enqueue-keys); it listens on loopback only", "addr", addr, "operator_token", token)
+	case loopback:
+		w.log.Info("sluice: POST /enqueue takes callers with an API key of the queue (-enqueue-keys); the page, /metrics and /monitoring/ are open on loopback (no -operator-token)", "addr", addr)
+	case !keys:
+		w.log.Warn("sluice: the HTTP endpoints listen beyond loopback and POST /enqueue takes any tenant's jobs from whoever reaches it: set -enqueue-keys and -operator-token, or put something that authenticates in front", "addr", addr, "operator_token", token)
+	default:
+		w.log.Warn("sluice: the HTTP endpoints listen beyond loopback and the page, /metrics and /monitoring/ (which can delete tasks when writable) are open: set -operator-token", "addr", addr)
+	}
 }
 
 // logUnlistedTypes says which of the program's job types the policy's
