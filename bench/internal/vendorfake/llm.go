@@ -18,7 +18,7 @@ type LLMConfig struct {
 	// completion together; Anthropic: input tokens, with OutputTPM for
 	// the output tokens, 0 for no such limit).
 	RPM, TPM, OutputTPM int64
-	// StartRequests is the requests left when the fake starts (another
+	// StartRequests is the requests left at the first call (another
 	// client has used the rest, full again a minute later); negative for
 	// a full bucket. StartTokens the same for tokens.
 	StartRequests, StartTokens int64
@@ -92,6 +92,15 @@ type verdict struct {
 // decide admits c at now or says why not; an admitted call is charged.
 func (l *llm) decide(now time.Time, c call) verdict {
 	l.seq++
+	if l.seq == 1 {
+		// The buckets start as configured at the first call, however
+		// long after the start it comes.
+		for _, b := range []*bucket{l.req, l.in, l.out} {
+			if b != nil {
+				b.at = now
+			}
+		}
+	}
 	if l.cfg.Overload > 0 && l.rnd.Float64() < l.cfg.Overload {
 		return verdict{reason: "overloaded"}
 	}
