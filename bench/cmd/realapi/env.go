@@ -187,7 +187,8 @@ type span struct {
 	ok, refused   int
 	lateRefused   int // refused at or after from+5s
 	byReason      map[string]int
-	tokens        int64
+	tokens        int64 // charged to admitted calls
+	output        int64 // of tokens, the output tokens
 	first, lastOK time.Time
 }
 
@@ -205,6 +206,7 @@ func measure(arr []vendorfake.Arrival, from time.Time, d time.Duration) span {
 		if a.Reason == "" {
 			s.ok++
 			s.tokens += a.Tokens
+			s.output += a.Output
 			s.lastOK = at
 			continue
 		}

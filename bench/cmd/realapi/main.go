@@ -27,7 +27,11 @@
 //     again within 15 s;
 //
 //   - sdk-openai: openai-go over downstream.Transport against RPM and
-//     TPM: ≥ 90% of the tokens the API allows, ≤ 2 429s.
+//     TPM: ≥ 90% of the tokens the API allows, ≤ 2 429s;
+//
+//   - sdk-anthropic, sdk-stripe: anthropic-sdk-go (output tokens a
+//     minute, 5% 529s) and stripe-go (3 in flight) over the same
+//     Transport, against the same targets.
 //
 //     go run ./cmd/realapi                      # every case, about 7 minutes
 //     go run ./cmd/realapi -cases openai60,stripe
@@ -76,6 +80,8 @@ var cases = []struct {
 	{"stripe", runStripe},
 	{"sigkill", runSigkill},
 	{"sdk-openai", runSDKOpenAI},
+	{"sdk-anthropic", runSDKAnthropic},
+	{"sdk-stripe", runSDKStripe},
 }
 
 type options struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -59,37 +58,18 @@ func runSDKOpenAI(ctx context.Context, c *caseEnv) ([]row, error) {
 		option.WithHTTPClient(&http.Client{Transport: sdkTransport(th)}))
 
 	start := time.Now()
-	rctx, cancel := context.WithDeadline(ctx, start.Add(sdkSpan))
-	defer cancel()
-	var done, limited, other atomic.Int64
-	var mu sync.Mutex
-	var lastErr error
-	var wg sync.WaitGroup
-	for range sdkCallers {
-		wg.Go(func() {
-			for rctx.Err() == nil {
-				_, err := client.Chat.Completions.New(rctx, openai.ChatCompletionNewParams{
-					Model:     "gpt-fake",
-					Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise this order for the customer.")},
-					MaxTokens: openai.Int(sdkMaxTokens),
-				})
-				var apiErr *openai.Error
-				switch {
-				case err == nil:
-					done.Add(1)
-				case rctx.Err() != nil:
-				case errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusTooManyRequests:
-					limited.Add(1)
-				default:
-					other.Add(1)
-					mu.Lock()
-					lastErr = err
-					mu.Unlock()
-				}
-			}
+	calls := runCallers(ctx, sdkCallers, start.Add(sdkSpan), func(ctx context.Context) (int, error) {
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:     "gpt-fake",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise this order for the customer.")},
+			MaxTokens: openai.Int(sdkMaxTokens),
 		})
-	}
-	wg.Wait()
+		var apiErr *openai.Error
+		if errors.As(err, &apiErr) {
+			return apiErr.StatusCode, err
+		}
+		return 0, err
+	})
 	arr, err := arrivals(ctx, url)
 	if err != nil {
 		return nil, err
@@ -97,12 +77,9 @@ func runSDKOpenAI(ctx context.Context, c *caseEnv) ([]row, error) {
 	s := measure(arr, start, sdkSpan)
 	allowed := float64(sdkTokensInSpan())
 	share := float64(s.tokens) / allowed
-	fig := fmt.Sprintf("%.0f%% of the tokens allowed (%d of %.0f, %d calls); %d 429s at the API (%s); the SDK saw %d 429 errors after its retries, %d other errors",
-		100*share, s.tokens, allowed, s.ok, s.refused, s.reasons(), limited.Load(), other.Load())
-	var notes []string
-	if lastErr != nil {
-		notes = append(notes, fmt.Sprintf("the last other error: %v", lastErr))
-	}
+	fig := fmt.Sprintf("%.0f%% of the tokens allowed (%d of %.0f, %d calls); %d 429s at the API (%s); %s",
+		100*share, s.tokens, allowed, s.ok, s.refused, s.reasons(), calls)
+	notes := calls.notes()
 	notes = append(notes, "downstream.Transport has no cost or settle option in this build: it books 1 unit a request at the RPM (sdkTransport in cmd/realapi/sdk.go is where a cost function plugs in)")
 	return []row{{name: c.name, target: "≥ 90% of the tokens the API allows, ≤ 2 429s", figure: fig, met: share >= 0.9 && s.refused <= 2, notes: notes}}, nil
 }
@@ -110,3 +87,65 @@ func runSDKOpenAI(ctx context.Context, c *caseEnv) ([]row, error) {
 // sdkTokensInSpan is the tokens the API allows in sdkSpan from a full
 // bucket: the bucket and what refills in the span.
 func sdkTokensInSpan() int64 { return int64(sdkTPM + sdkTPM*sdkSpan.Seconds()/60) }
+
+// sdkCalls is what the SDK's callers saw: calls that succeeded, and the
+// errors the SDK returned after its own retries, by status.
+type sdkCalls struct {
+	ok      int
+	errs    map[int]int // by status; 0: not an API error (network, sluice's refusals)
+	lastErr error       // the last error that was not an API error
+}
+
+func (c sdkCalls) String() string {
+	s := fmt.Sprintf("the SDK returned %d answers", c.ok)
+	for _, code := range []int{429, 503, 529} {
+		if n := c.errs[code]; n > 0 {
+			s += fmt.Sprintf(", %d %d errors", n, code)
+		}
+	}
+	if n := c.errs[0]; n > 0 {
+		s += fmt.Sprintf(", %d other errors", n)
+	}
+	return s + " (after its own retries)"
+}
+
+func (c sdkCalls) notes() []string {
+	if c.lastErr == nil {
+		return nil
+	}
+	return []string{fmt.Sprintf("the SDK's last error that was no API error: %v", c.lastErr)}
+}
+
+// runCallers runs callers goroutines calling call one after another
+// until end, and counts what call returned (its status, 0 for none): an
+// error after end, from the end cutting the call short, is not counted.
+func runCallers(ctx context.Context, callers int, end time.Time, call func(context.Context) (int, error)) sdkCalls {
+	rctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	out := sdkCalls{errs: map[int]int{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for rctx.Err() == nil {
+				code, err := call(rctx)
+				if rctx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				switch {
+				case err == nil:
+					out.ok++
+				default:
+					out.errs[code]++
+					if code == 0 {
+						out.lastErr = err
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}

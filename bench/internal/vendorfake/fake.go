@@ -99,7 +99,8 @@ type Arrival struct {
 	Path   string `json:"path"`             // the request's path
 	Status int    `json:"status"`           // the answer's status
 	Reason string `json:"reason,omitempty"` // why it was refused: requests, tokens, rate, concurrency, overloaded
-	Tokens int64  `json:"tokens,omitempty"` // tokens charged
+	Tokens int64  `json:"tokens,omitempty"` // tokens charged: prompt (input) and completion (output)
+	Output int64  `json:"output,omitempty"` // of Tokens, the completion's (output tokens)
 	Idem   string `json:"idem,omitempty"`   // the Idempotency-Key it carried
 }
 

@@ -160,7 +160,7 @@ func (l *llm) serve(w http.ResponseWriter, req *http.Request, answer func(h http
 	l.mu.Unlock()
 	a := Arrival{At: now.UnixMicro(), Path: req.URL.Path, Status: status, Reason: v.reason, Idem: req.Header.Get("Idempotency-Key")}
 	if v.reason == "" {
-		a.Tokens = v.prompt + v.completion
+		a.Tokens, a.Output = v.prompt+v.completion, v.completion
 	}
 	if lat := l.rec.add(a); v.reason == "" {
 		sleep(req, lat)
