@@ -33,7 +33,7 @@
 //     minute, 5% 529s) and stripe-go (3 in flight) over the same
 //     Transport, against the same targets.
 //
-//     go run ./cmd/realapi                      # every case, about 7 minutes
+//     go run ./cmd/realapi                      # every case, about 9 minutes
 //     go run ./cmd/realapi -cases openai60,stripe
 //     go run ./cmd/realapi fake -vendor shopify  # one fake, to poke at
 //
