@@ -85,3 +85,16 @@ func TestReportVerdicts(t *testing.T) {
 		}
 	}
 }
+
+func TestRunFakeRefuses(t *testing.T) {
+	for _, args := range [][]string{
+		{"-vendor", "nope"},
+		{"-vendor", "openai", "-listen", "0.0.0.0:0"},
+		{"-vendor", "stripe", "-listen", "example.com:80"},
+		{"-vendor", "hooks", "-latency", "slow"},
+	} {
+		if err := runFake(args); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}
