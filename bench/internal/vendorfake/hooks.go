@@ -3,6 +3,8 @@ package vendorfake
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -68,12 +70,14 @@ func (h *Hooks) Receiver(name string, slow bool) http.Handler {
 	if slow {
 		lat = h.cfg.SlowLatency
 	}
-	rec := newRecord("hooks", lat, h.cfg.Seed+uint64(len(name)))
+	var mu sync.Mutex
+	rnd := rand.New(rand.NewPCG(h.cfg.Seed, uint64(len(h.names()))<<32|uint64(crc32.ChecksumIEEE([]byte(name)))))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		a := Arrival{At: time.Now().UnixMicro(), Key: name, Path: req.URL.Path, Status: http.StatusOK, Idem: req.Header.Get("Idempotency-Key")}
-		h.rec.add(a)
-		sleep(req, rec.add(a))
-		rec.done()
+		h.rec.add(Arrival{At: time.Now().UnixMicro(), Key: name, Path: req.URL.Path, Status: http.StatusOK, Idem: req.Header.Get("Idempotency-Key")})
+		mu.Lock()
+		d := lat.Draw(rnd)
+		mu.Unlock()
+		sleep(req, d)
 		h.rec.done()
 		writeJSON(w, http.StatusOK, map[string]bool{"received": true})
 	})
