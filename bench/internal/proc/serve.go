@@ -19,7 +19,17 @@ import (
 // standard output, and serves h until SIGTERM, SIGINT or the end of life,
 // whichever comes first. StartServer starts such a child.
 func Serve(h http.Handler, life time.Duration) error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return ServeOn("127.0.0.1:0", h, life)
+}
+
+// ServeOn is Serve on the address addr, which must be a loopback one
+// (127.0.0.1:0 for a free port).
+func ServeOn(addr string, h http.Handler, life time.Duration) error {
+	host, _, err := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("listen address %q: want a loopback address such as 127.0.0.1:0", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
