@@ -125,7 +125,7 @@ func parseFlags(args []string) (options, error) {
 		names = append(names, c.name)
 	}
 	list := fs.String("cases", strings.Join(names, ","), "the cases to run, comma-separated")
-	fs.StringVar(&o.headroom, "headroom", "20", "the shared case's headroom value for the other client, as the policy's headroom field takes it")
+	fs.StringVar(&o.headroom, "headroom", "20%", "the shared case's headroom value for the other client, as the policy's headroom field takes it")
 	fs.Float64Var(&o.hookRate, "hook-rate", 6, "webhooks a second to each customer in the webhooks case")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (binaries, policies, job files, logs)")
 	fs.BoolVar(&o.verbose, "v", false, "say what each step does (on standard error)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,15 +29,34 @@ const (
 )
 
 // sdkTransport is where the SDK meets sluice: the HTTP client's
-// Transport. downstream.Transport books one unit a request today, with no
-// option for a request's cost or a settle from its response, so its Limit
-// is the API's requests a minute and the tokens go unbooked. Once it takes
-// a cost function and a settle (the tokens a request may use, settled to
-// the response's usage.total_tokens), they go here, with the Limit at the
-// tokens a minute and the requests a minute as an Also counting calls:
-// nothing else in this file changes.
+// Transport. Each call books its upper bound of tokens (its prompt, about
+// 10, and its max_tokens) and the call itself in one reservation (the
+// tokens a minute, with the requests a minute as an Also counting
+// calls), and is settled to the usage.total_tokens its answer reports;
+// the buckets follow the x-ratelimit-* fields of every answer.
 func sdkTransport(th *throttle.Throttle) http.RoundTripper {
-	return &downstream.Transport{Throttle: th, Limit: throttle.Limit{Name: "openai", Rate: sdkRPM, Per: time.Minute}}
+	return &downstream.Transport{Throttle: th,
+		Limit: throttle.Limit{Name: "openai", Rate: sdkTPM, Per: time.Minute, Burst: sdkTPM,
+			Also: []throttle.Rate{{Rate: sdkRPM, Per: time.Minute, Burst: sdkRPM, Counts: throttle.CountsCalls}}},
+		Cost:   func(*http.Request) int64 { return sdkPromptTokens + sdkMaxTokens },
+		Settle: usageTokens,
+	}
+}
+
+// sdkPromptTokens bounds the prompt tokens of the case's one message.
+const sdkPromptTokens = 16
+
+// usageTokens reads an OpenAI-style answer's usage.total_tokens.
+func usageTokens(_ *http.Response, body []byte) (int64, bool) {
+	var v struct {
+		Usage struct {
+			Total int64 `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Usage.Total <= 0 {
+		return 0, false
+	}
+	return v.Usage.Total, true
 }
 
 // runSDKOpenAI: openai-go's chat completions, its HTTP client's Transport
