@@ -121,6 +121,7 @@ type Server struct {
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
 	books        claimBooks
+	wake         *idleWake // a quiet process's wake-ups (wake.go)
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -163,7 +164,9 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
-		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics,
+		wake: newIdleWake(cfg.Prefix, cfg.Queue)}
+	pending := map[string]bool{} // for parkingClient
 	queues := map[string]int{}
 	if cfg.Throttle != nil && cfg.Downstreams != nil {
 		for _, name := range cfg.DownstreamNames {
@@ -182,6 +185,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, buckets: s.bucketPrefix(k.queue), wake: make(chan struct{}, 1),
 			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
 		queues[k.queue] = 1
+		pending[k.asynqPending] = true
 	}
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil, cfg.Queue)
@@ -192,16 +196,16 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		if i < cfg.Concurrency%n {
 			share++
 		}
-		s.srv = append(s.srv, asynq.NewServerFromRedisClient(client, asynq.Config{
+		parking := &parkingClient{UniversalClient: client, wake: s.wake, pending: pending, active: time.Duration(n) * cfg.PollInterval}
+		s.srv = append(s.srv, asynq.NewServerFromRedisClient(parking, asynq.Config{
 			Concurrency:     share,
 			Queues:          queues,
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			LogLevel:        asynq.WarnLevel,
-			// The dispatcher keeps asynq's pending list short, so an idle
-			// worker must look again soon, not after asynq's default second;
-			// the servers between them look once a PollInterval, as one
-			// would.
-			TaskCheckInterval: time.Duration(n) * cfg.PollInterval,
+			// An empty dequeue waits in parkingClient (wake.go), woken by
+			// a hand-over; asynq's own sleep after it is kept short, so
+			// that a job handed over then does not wait for it.
+			TaskCheckInterval: asynqCheckInterval,
 			IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
 		}))
 	}
@@ -241,7 +245,8 @@ func (s *Server) Start(h Handler) error {
 		}
 	}
 	s.cancel = cancel
-	s.wg.Add(1 + len(s.disp))
+	s.wg.Add(2 + len(s.disp))
+	go func() { defer s.wg.Done(); s.listenWake(ctx) }()
 	for _, d := range s.disp {
 		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
 	}
@@ -253,6 +258,7 @@ func (s *Server) Start(h Handler) error {
 // ShutdownTimeout; unfinished ones go back to asynq's queue. No job is
 // lost.
 func (s *Server) Shutdown() {
+	s.wake.close()
 	if s.cancel != nil {
 		s.cancel()
 	}
@@ -300,6 +306,8 @@ func ThrottleKey(job *Job, perTenant bool) string {
 
 // process runs one asynq task: throttle, start, handler.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+	s.wake.touch()
+	defer s.wake.touch()
 	n, _ := asynq.GetRetryCount(ctx)
 	first := n == 0 // the first run of this hand-over
 	if first {

@@ -4,8 +4,8 @@
 // settle, counts the commands Redis processed over -for (INFO:
 // total_commands_processed, the commands scripts run included, and the
 // busiest commands), then enqueues -jobs sluice.http jobs one at a time,
-// each after an idle pause, and reports how long after its enqueue
-// returned each reached a loopback API.
+// each after an idle pause, and reports how long after its Enqueue
+// was called each reached a loopback API.
 //
 //	go run ./cmd/idle
 //	go run ./cmd/idle -workers 4 -for 10s
@@ -166,10 +166,10 @@ func run(ctx context.Context, o options) error {
 		}
 		path := "/job/" + strconv.Itoa(n)
 		payload := fmt.Sprintf(`{"method":"GET","url":%q}`, base+path)
+		enqueued := time.Now() // the call may reach the API before Enqueue returns
 		if _, err := p.Enqueue(ctx, queue.Job{Tenant: "t" + strconv.Itoa(n%3), Type: "sluice.http", Downstream: "api", Payload: []byte(payload)}); err != nil {
 			return err
 		}
-		enqueued := time.Now()
 		deadline := enqueued.Add(10 * time.Second)
 		for {
 			mu.Lock()
@@ -189,8 +189,8 @@ func run(ctx context.Context, o options) error {
 	}
 	slices.Sort(waits)
 	if len(waits) > 0 {
-		fmt.Printf("wake-up, enqueue to the API, %d jobs: median %v, max %v\n", len(waits),
-			waits[len(waits)/2].Round(100*time.Microsecond), waits[len(waits)-1].Round(100*time.Microsecond))
+		fmt.Printf("wake-up, enqueue to the API, %d jobs %v apart: median %v, 90th %v, max %v\n", len(waits), o.pause,
+			waits[len(waits)/2].Round(100*time.Microsecond), waits[len(waits)*9/10].Round(100*time.Microsecond), waits[len(waits)-1].Round(100*time.Microsecond))
 	}
 	return nil
 }
