@@ -60,8 +60,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // Main runs the worker until ctx is done or SIGINT/SIGTERM, and returns
 // the process's exit code: 0 after a graceful stop, 2 for bad flags or a
-// bad policy file, 1 when the worker cannot start or fails. With -check
-// it only checks the policy file (policycheck.Run), without Redis.
+// bad policy file, 1 when the worker cannot start or fails. SIGHUP
+// reloads the policy file (worker.Worker.ReloadFile). With -check it
+// only checks the policy file (policycheck.Run), without Redis.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -93,7 +94,28 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
 	}
-	if err := w.Run(ctx); err != nil {
+	// SIGHUP reloads the policy file: its limits apply without a
+	// restart, or the file is refused with its problems logged and the
+	// running policy stands (worker.ReloadFile).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				w.ReloadFile(ctx) // it logs what it did
+			}
+		}
+	}()
+	err = w.Run(ctx)
+	stop()
+	<-reloads
+	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 1
 	}
