@@ -181,8 +181,9 @@ func (s *Server) listenWake(ctx context.Context) {
 // all were empty; a round that finds nothing here ends parked: it waits
 // until the process hands jobs over or is told another did
 // (idleWake.broadcast), for at most the server count times PollInterval,
-// or idleWait in a quiet process, and then asynq's short sleep and the
-// next round follow. A job handed over by the process's own dispatcher
+// or idleWait in a quiet process; woken, it dequeues that queue once
+// more, and then (nothing there) asynq's short sleep and the next round
+// follow. A job handed over by the process's own dispatcher
 // so starts at once, not after a poll. The dequeue is told by its keys
 // (asynq's pending, paused, active and lease keys of one queue:
 // rdb.Dequeue of the asynq pinned in go.mod); an asynq that changed them
@@ -242,6 +243,17 @@ func (c *parkingClient) park(keys []string, run func() *redis.Cmd) *redis.Cmd {
 	defer t.Stop()
 	select {
 	case <-round:
+		// Woken: this queue first, where the process's own hand-over
+		// of a queue of one shard is; another's is the next round's.
+		c.mu.Lock()
+		c.round = c.wake.woken()
+		c.mu.Unlock()
+		if again := run(); again.Err() != redis.Nil {
+			c.mu.Lock()
+			c.empties = 0
+			c.mu.Unlock()
+			return again
+		}
 	case <-t.C:
 	case <-c.wake.stop:
 	}
