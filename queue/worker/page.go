@@ -34,12 +34,16 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 		if d <= 0 {
 			return "now"
 		}
+		if d > 48*time.Hour {
+			return fmt.Sprintf("in %dd %dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+		}
 		if d > 10*time.Second {
 			return "in " + d.Round(time.Second).String()
 		}
 		return "in " + d.Round(time.Millisecond).String()
 	},
 	"clock": clockText,
+	"when":  whenText,
 	"pct":   func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 	"until": time.Until,
 	"pace":  paceText,
@@ -60,6 +64,15 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 
 // clockText shows a time of day, to the millisecond, in UTC.
 func clockText(t time.Time) string { return t.UTC().Format("15:04:05.000 UTC") }
+
+// whenText shows a time that may be days away: its time of day within
+// a day of now (clockText), else its date and minute.
+func whenText(t time.Time) string {
+	if d := time.Until(t); d < 24*time.Hour && d > -24*time.Hour {
+		return clockText(t)
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}
 
 // pageRefresh is how often the page reloads itself, in seconds.
 const pageRefresh = 5

@@ -345,9 +345,9 @@ func TestPageInBrowser(t *testing.T) {
 		acme+"\t", "pause: downstream api is paused",
 		"globex\t", "initech\t", "umbrella\t", "hooli\t", "rescheduled: HTTP 429 from "+strings.TrimPrefix(fake.URL, "http://"))
 	want("#backlogs", "tenant\tjobs\n"+acme+"\t3\nglobex\t2\n")
-	want("#depth", "10 of 100000 jobs waiting", "2 not due yet")
+	want("#depth", "10 of 100,000 jobs waiting", "2 not due yet")
 	want("#later", "stark\t2\t"+clockText(dueAt.Truncate(time.Microsecond)), "(in 59m")
-	want("#schedules", "yearly\t0 3 1 1 *\tops\t", "none tried by this worker yet")
+	want("#schedules", "yearly\t0 3 1 1 *\tops\t"+whenText(cfg.Schedules[0].Next(time.Now()))+" (in ", "none tried by this worker yet")
 	want("#policy", "Policy ", "the live workers agree")
 	// llm's chart counts calls a second against its 2 calls a second,
 	// not its tokens a minute.
