@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"sync/atomic"
+
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -34,3 +36,22 @@ func (s *Server) Relimit() {
 	})
 	b.args.Store(&args)
 }
+
+// limitsTightened is the reason a job put back by Tighten gives.
+const limitsTightened = "slot: its downstream's limits tightened while it waited for its slot; booked again at the new ones"
+
+// Tighten is Relimit for limits that got stricter (a lower rate, a
+// smaller burst or cap): besides, every job of this server that booked
+// its slot before the call and has not started its call goes back to the
+// waiting room when its slot comes, without spending a retry, and books
+// again at the new limits; its old slot passes unused. A slot booked at
+// the old limits is up to a second ahead (the horizon a job waits in
+// its worker): without this, the calls of that second would still leave
+// at the old spacing. Safe for concurrent use.
+func (s *Server) Tighten() {
+	s.tightened.Add(1)
+	s.Relimit()
+}
+
+// tightenings counts the calls of Tighten.
+type tightenings struct{ atomic.Int64 }

@@ -121,7 +121,8 @@ type Server struct {
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
 	books        claimBooks
-	wake         *idleWake // a quiet process's wake-ups (wake.go)
+	wake         *idleWake   // a quiet process's wake-ups (wake.go)
+	tightened    tightenings // Tighten's count (relimit.go)
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -328,6 +329,7 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
+		tightened := s.tightened.Load() // relimit.go
 		s.books.note(d, job.Downstream)
 		// The first run of a hand-over whose slot the claim booked uses
 		// it; any other books its own.
@@ -356,6 +358,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				}
 				return s.throttleError(job, err)
 			}
+		}
+		if s.tightened.Load() != tightened {
+			return s.putBack(ctx, t, job, 0, limitsTightened, "", false)
 		}
 		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
 		if d.Concurrency != nil {

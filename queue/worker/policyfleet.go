@@ -160,6 +160,29 @@ func bind(d queue.Downstream, l limits) queue.Downstream {
 	return d
 }
 
+// tighter reports whether any downstream of old is paced more strictly
+// in next: a lower rate, a smaller burst or concurrency cap, a lower also
+// rate.
+func tighter(old, next map[string]queue.Downstream) bool {
+	for name, o := range old {
+		n, ok := next[name]
+		if !ok {
+			continue
+		}
+		ol, nl := limitsOf(o), limitsOf(n)
+		if slower(nl.Rate, nl.Per, ol.Rate, ol.Per) || nl.Burst < ol.Burst ||
+			(nl.Concurrency > 0 && (ol.Concurrency == 0 || nl.Concurrency < ol.Concurrency)) {
+			return true
+		}
+		for i := range min(len(ol.Also), len(nl.Also)) {
+			if slower(nl.Also[i].Rate, nl.Also[i].Per, ol.Also[i].Rate, ol.Also[i].Per) || nl.Also[i].Burst < ol.Also[i].Burst {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // fingerprint is a short hash of a policy's limits on every downstream.
 func fingerprint(all map[string]limits) string {
 	b, _ := json.Marshal(all) // maps marshal in key order
@@ -420,8 +443,14 @@ func (w *Worker) beatPolicy(ctx context.Context, write bool) error {
 
 func (w *Worker) beatLocked(ctx context.Context, st *policyState, write bool) error {
 	next, err := w.pfleet.beat(ctx, st, write)
-	w.state.Store(next)
-	if w.server != nil {
+	prev := w.state.Swap(next)
+	switch {
+	case w.server == nil:
+	case tighter(prev.bound, next.bound):
+		// The slots booked at the old limits (up to a second ahead)
+		// are booked again at the new ones (queue.Server.Tighten).
+		w.server.Tighten()
+	default:
 		w.server.Relimit()
 	}
 	w.pfleet.report(next, w.log)
