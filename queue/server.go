@@ -85,11 +85,11 @@ type ServerConfig struct {
 	// with their results, for asynqmon and the Inspector. Default 0:
 	// deleted on completion, as asynq does.
 	Retention time.Duration
-	// PollInterval is how often an idle dispatcher looks for work, and how
-	// often an idle process's asynq servers look at their pending list,
-	// between them (each server's TaskCheckInterval is PollInterval times
-	// their number); default 50ms. A job enqueued on an idle queue waits
-	// about one PollInterval (docs/queue.md, The dispatcher).
+	// PollInterval is how often a dispatcher that found nothing looks for
+	// work again, and the longest an empty dequeue of the process's asynq
+	// servers waits for a hand-over, between them; default 50ms. A
+	// process that has run nothing for a second waits for a producer's
+	// message instead, or 5 s (docs/queue.md, The dispatcher).
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
