@@ -19,6 +19,9 @@ type dispatcher struct {
 	wake        chan struct{}
 	startedHere atomic.Int64
 	wakeAfter   int64
+	// idle is whether the last claim found nothing to take: a wake
+	// message then pokes the dispatcher (wake.go).
+	idle atomic.Bool
 }
 
 // poke wakes the dispatcher if it waits.
@@ -92,7 +95,9 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	if len(v) < 2 {
 		return 0, fmt.Errorf("sluice: claim: unexpected reply %v", v)
 	}
-	switch status, _ := v[0].(string); status {
+	status, _ := v[0].(string)
+	d.idle.Store(status == claimIdle)
+	switch status {
 	case claimFull:
 		return s.fullRecheck, nil
 	case claimIdle:
@@ -104,6 +109,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	case claimTaken:
 		n, _ := v[1].(int64)
 		s.metrics.handed.Add(float64(n))
+		s.handed(ctx)
 		switch next, _ := v[2].(string); next {
 		case nextNow:
 			return 0, nil
@@ -122,9 +128,12 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 // pollWait is how long a dispatcher waits before its next claim when the
 // claim found nothing more to take now: until the next sleeping tenant
 // wakes or job for later is due (us, in µs; -1: none), and at most a
-// PollInterval.
+// PollInterval, or idleWait in a quiet process (wake.go).
 func (s *Server) pollWait(us any) time.Duration {
 	wait := s.cfg.PollInterval
+	if s.wake.quiet() {
+		wait = s.wake.wait
+	}
 	if us, ok := us.(int64); ok && us >= 0 {
 		wait = min(wait, time.Duration(us)*time.Microsecond+wakeSlack)
 	}

@@ -151,6 +151,7 @@ type Producer struct {
 	cfg    Config
 	shards shards
 	mem    memoryGate
+	wake   *wakePublisher // wakes a quiet fleet (wake.go)
 }
 
 // NewProducer returns a Producer on client for *opts (nil: the defaults).
@@ -167,7 +168,8 @@ func NewProducer(client redis.UniversalClient, opts *Config) (*Producer, error) 
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	return &Producer{client: client, cfg: cfg, shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards)}, nil
+	return &Producer{client: client, cfg: cfg, shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards),
+		wake: &wakePublisher{client: client, channel: wakeChannel(cfg.Prefix, cfg.Queue)}}, nil
 }
 
 // Receipt describes an accepted job.
@@ -321,6 +323,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	status, _ := v[0].(string)
 	switch status {
 	case enqueueQueued:
+		p.wake.added(ctx)
 		r := Receipt{ID: job.ID, Depth: n[1], Policy: tp.Admission}
 		if tp.Admission != nil {
 			r.Decision = algorithms.Decision{Allowed: true, Limit: capacity, Remaining: n[2], ResetAfter: time.Duration(n[3]) * time.Microsecond}

@@ -108,11 +108,11 @@ type ServerConfig struct {
 	// with their results, for asynqmon and the Inspector. Default 0:
 	// deleted on completion, as asynq does.
 	Retention time.Duration
-	// PollInterval is how often an idle dispatcher looks for work, and how
-	// often an idle process's asynq servers look at their pending list,
-	// between them (each server's TaskCheckInterval is PollInterval times
-	// their number); default 50ms. A job enqueued on an idle queue waits
-	// about one PollInterval (docs/queue.md, The dispatcher).
+	// PollInterval is how often a dispatcher that found nothing looks for
+	// work again, and the longest an empty dequeue of the process's asynq
+	// servers waits for a hand-over, between them; default 50ms. A
+	// process that has run nothing for a second waits for a producer's
+	// message instead, or 5 s (docs/queue.md, The dispatcher).
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
@@ -157,6 +157,8 @@ type Server struct {
 	runCtx       context.Context // Start's: ends at Shutdown
 	shares       *shares
 	alive        *inflight
+	wake         *idleWake   // a quiet process's wake-ups (wake.go)
+	tightened    tightenings // Tighten's count (relimit.go)
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -205,7 +207,9 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: fullRecheckPolls * cfg.PollInterval, leaseRecheck: leaseRecheck,
 		shares: newShares(cfg.KeyShare, cfg.Concurrency, time.Second), alive: newInflight(cfg.Prefix, cfg.Queue, cfg.DeadAfter),
-		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics,
+		wake: newIdleWake(cfg.Prefix, cfg.Queue)}
+	pending := map[string]bool{} // for parkingClient
 	queues := map[string]int{}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
@@ -217,6 +221,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, wake: make(chan struct{}, 1),
 			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
 		queues[k.queue] = 1
+		pending[k.asynqPending] = true
 	}
 	if s.metrics == nil {
 		s.metrics, _ = NewMetrics(nil, cfg.Queue)
@@ -227,16 +232,16 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		if i < cfg.Concurrency%n {
 			share++
 		}
-		s.srv = append(s.srv, asynq.NewServerFromRedisClient(client, asynq.Config{
+		parking := &parkingClient{UniversalClient: client, wake: s.wake, pending: pending, active: time.Duration(n) * cfg.PollInterval}
+		s.srv = append(s.srv, asynq.NewServerFromRedisClient(parking, asynq.Config{
 			Concurrency:     share,
 			Queues:          queues,
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			LogLevel:        asynq.WarnLevel,
-			// The dispatcher keeps asynq's pending list short, so an idle
-			// worker must look again soon, not after asynq's default second;
-			// the servers between them look once a PollInterval, as one
-			// would.
-			TaskCheckInterval: time.Duration(n) * cfg.PollInterval,
+			// An empty dequeue waits in parkingClient (wake.go), woken by
+			// a hand-over; asynq's own sleep after it is kept short, so
+			// that a job handed over then does not wait for it.
+			TaskCheckInterval: asynqCheckInterval,
 			IsFailure:         func(err error) bool { return !errors.Is(err, errNotFailure) },
 		}))
 	}
@@ -277,7 +282,8 @@ func (s *Server) Start(h Handler) error {
 	}
 	s.cancel = cancel
 	s.startAlive()
-	s.wg.Add(1 + len(s.disp))
+	s.wg.Add(2 + len(s.disp))
+	go func() { defer s.wg.Done(); s.listenWake(ctx) }()
 	for _, d := range s.disp {
 		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
 	}
@@ -289,6 +295,7 @@ func (s *Server) Start(h Handler) error {
 // ShutdownTimeout; unfinished ones go back to asynq's queue. No job is
 // lost.
 func (s *Server) Shutdown() {
+	s.wake.close()
 	if s.cancel != nil {
 		s.cancel()
 	}
@@ -323,6 +330,8 @@ type run struct {
 // it, run the handler, and map what the handler returned to the job's
 // fate.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+	s.wake.touch()
+	defer s.wake.touch()
 	task, _ := asynq.GetTaskID(ctx)
 	if n, _ := asynq.GetRetryCount(ctx); s.recoveredElsewhere(ctx, t, task, n) {
 		return nil
@@ -398,6 +407,7 @@ func (s *Server) pace(ctx context.Context, r *run) (_ context.Context, ready boo
 		return ctx, true, nil
 	}
 	job := r.job
+	tightened := s.tightened.Load() // relimit.go
 	slot, err := s.cfg.Throttle.Wait(ctx, r.key, horizon(r.d.Limit), job.units())
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
@@ -406,6 +416,12 @@ func (s *Server) pace(ctx context.Context, r *run) (_ context.Context, ready boo
 	}
 	if err != nil {
 		return ctx, false, s.throttleError(ctx, job, err)
+	}
+	if s.tightened.Load() != tightened {
+		// The fleet's limits tightened while this job slept for a slot
+		// booked at the old ones: book again at the new.
+		s.cancelSlot(ctx, slot)
+		return ctx, false, s.putBack(ctx, r.t, job, 0, limitsTightened, "", false)
 	}
 	ctx = WithReservation(ctx, s.cfg.Throttle, slot) // for Reservation, Settle
 	if r.d.Concurrency == nil {

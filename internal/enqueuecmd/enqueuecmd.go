@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policycheck"
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/queue/policy"
@@ -41,7 +42,7 @@ type options struct {
 	redis                 redisconn.Flags
 	policy, payload, file string
 	runAt                 string
-	wait, quiet           bool
+	wait, quiet, check    bool
 	allowEvicting         bool
 	maxWait, runIn        time.Duration
 }
@@ -55,6 +56,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
            "run_in":"10m" or "run_at":"2026-11-27T09:00:00Z"})
   enqueue -policy policy.yaml stats
   enqueue -policy policy.yaml keys add|list|revoke|rotate ...   (API keys of POST /enqueue; enqueue keys help)
+  enqueue -policy policy.yaml -check            (check the file, no Redis: exit 0 valid, 2 not)
 
 `)
 	// Parse's own output goes nowhere: point the flag list at w.
@@ -102,6 +104,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	fs.BoolVar(&o.wait, "wait", false, "when refused, wait as the refusal says and try again (up to -max-wait)")
 	fs.DurationVar(&o.maxWait, "max-wait", 5*time.Minute, "with -wait, the longest to keep trying one job")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
+	fs.BoolVar(&o.check, "check", false, "check the -policy file and exit (0 valid, 2 not), printing every problem as file:line:column; no Redis needed")
 	fs.BoolVar(&o.allowEvicting, "allow-evicting-redis", envBool("SLUICE_ALLOW_EVICTING_REDIS"), "write jobs to a Redis whose maxmemory-policy may evict keys, which loses jobs when it is full (env SLUICE_ALLOW_EVICTING_REDIS)")
 	bad := func(problem any) int {
 		fmt.Fprintln(stderr, "enqueue:", problem)
@@ -119,6 +122,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	if fs.Arg(0) == "keys" {
 		return keys(ctx, o.redis, o.policy, fs.Args()[1:], stdout, stderr)
+	}
+	if o.check {
+		if fs.NArg() > 0 {
+			return bad(fmt.Sprintf("unexpected arguments %q", fs.Args()))
+		}
+		return policycheck.Run(o.policy, stdout, stderr)
 	}
 	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
 	switch {

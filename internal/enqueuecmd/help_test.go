@@ -13,7 +13,7 @@ import (
 // listed none, so -redis and -wait could not be found).
 func TestHelpListsEveryFlag(t *testing.T) {
 	flags := []string{"redis", "redis-cluster", "redis-ca", "policy", "tenant", "type", "payload", "id",
-		"downstream", "cost", "max-retry", "f", "wait", "max-wait", "q"}
+		"downstream", "cost", "max-retry", "f", "wait", "max-wait", "q", "check"}
 	for _, c := range []struct {
 		args []string
 		code int

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/policycheck"
 	"github.com/sluicehq/sluice/internal/redisconn"
 	"github.com/sluicehq/sluice/queue/worker"
 )
@@ -29,6 +30,7 @@ type options struct {
 	demo      bool
 	demoFor   time.Duration
 	demoQuota int64
+	check     bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -39,6 +41,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.demo, "demo", false, "run the whole system in this process: embedded Redis, a fake downstream with a quota, producers and workers")
 	fs.DurationVar(&o.demoFor, "demo-duration", 20*time.Second, "how long the demo runs (0: until interrupted)")
 	fs.Int64Var(&o.demoQuota, "demo-quota", 50, "the demo downstream's quota, calls per second")
+	fs.BoolVar(&o.check, "check", false, "check the -policy file and exit (0 valid, 2 not), printing every problem as file:line:column; no Redis needed")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -49,7 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.worker, err = wf.Config(); err != nil {
 		return o, err
 	}
-	if !o.demo && o.worker.PolicyFile == "" {
+	if !o.demo && !o.check && o.worker.PolicyFile == "" {
 		return o, errors.New("-policy is required (or -demo)")
 	}
 	return o, nil
@@ -57,7 +60,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 
 // Main runs the worker until ctx is done or SIGINT/SIGTERM, and returns
 // the process's exit code: 0 after a graceful stop, 2 for bad flags or a
-// bad policy file, 1 when the worker cannot start or fails.
+// bad policy file, 1 when the worker cannot start or fails. SIGHUP
+// reloads the policy file (worker.Worker.ReloadFile). With -check it
+// only checks the policy file (policycheck.Run), without Redis.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -66,6 +71,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
+	}
+	if o.check {
+		return policycheck.Run(o.worker.PolicyFile, stdout, stderr)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,7 +94,28 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 2
 	}
-	if err := w.Run(ctx); err != nil {
+	// SIGHUP reloads the policy file: its limits apply without a
+	// restart, or the file is refused with its problems logged and the
+	// running policy stands (worker.ReloadFile).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				w.ReloadFile(ctx) // it logs what it did
+			}
+		}
+	}()
+	err = w.Run(ctx)
+	stop()
+	<-reloads
+	if err != nil {
 		fmt.Fprintln(stderr, "sluice worker:", err)
 		return 1
 	}

@@ -11,8 +11,10 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/queue"
@@ -32,21 +34,45 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 		if d <= 0 {
 			return "now"
 		}
+		if d > 48*time.Hour {
+			return fmt.Sprintf("in %dd %dh", d/(24*time.Hour), d%(24*time.Hour)/time.Hour)
+		}
 		if d > 10*time.Second {
 			return "in " + d.Round(time.Second).String()
 		}
 		return "in " + d.Round(time.Millisecond).String()
 	},
 	"clock": clockText,
+	"when":  whenText,
 	"pct":   func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 	"until": time.Until,
 	"pace":  paceText,
 	"add":   func(a, b int) int { return a + b },
 	"f1":    func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"num": func(v any) string {
+		switch n := v.(type) {
+		case int64:
+			return numText(float64(n))
+		case int:
+			return numText(float64(n))
+		case float64:
+			return numText(n)
+		}
+		return fmt.Sprint(v)
+	},
 }).Parse(pageHTML))
 
 // clockText shows a time of day, to the millisecond, in UTC.
 func clockText(t time.Time) string { return t.UTC().Format("15:04:05.000 UTC") }
+
+// whenText shows a time that may be days away: its time of day within
+// a day of now (clockText), else its date and minute.
+func whenText(t time.Time) string {
+	if d := time.Until(t); d < 24*time.Hour && d > -24*time.Hour {
+		return clockText(t)
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}
 
 // pageRefresh is how often the page reloads itself, in seconds.
 const pageRefresh = 5
@@ -64,6 +90,10 @@ type pageLimits struct {
 	Buckets int
 }
 
+// laterLook is how many of the soonest jobs for later a view reads, a
+// shard, to list their tenants.
+const laterLook = 200
+
 var defaultPageLimits = pageLimits{Top: 20, Look: 1000, Sleepers: 20, Downstreams: 50, Buckets: 20}
 
 // pageDownstream is one row of the downstreams' table.
@@ -77,6 +107,9 @@ type pageDownstream struct {
 	// Calls and Refused (429s) count the responses this process has seen
 	// in the last minute (since it started, in its first minute).
 	Calls, Refused float64
+	// PacedAt is the limits the fleet binds the downstream to when they
+	// are stricter than the file's (workers disagree); empty otherwise.
+	PacedAt string
 	// FleetCalls and FleetRefused count those of every worker in the
 	// last minute (flushFleet), Fleet its last minutes, nil when they
 	// could not be read.
@@ -117,7 +150,14 @@ type pageView struct {
 	Looked            int
 	Sleepers          []queue.Sleeper
 	MoreAsleep        int64
-	Err               string
+	Later             []queue.LaterTenant // the tenants of the soonest jobs for later
+	Schedules         []scheduleStatus
+	// Policy is this worker's policy's fingerprint; Fleet the live
+	// workers' policies, this one's first (more than one: they
+	// disagree).
+	Policy string
+	Fleet  []fleetPolicy
+	Err    string
 }
 
 // pageCSP is the page's Content-Security-Policy: nothing loaded, no
@@ -154,26 +194,25 @@ func (w *Worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	v := pageView{Queue: w.policy.Queue.Name, Monitoring: "/monitoring/queues/" + w.policy.Queue.Name, Refresh: pageRefresh,
 		Now: time.Now(), Bound: w.policy.Queue.Bound}
 	calls, refused := w.calls.lastMinute(w.responsesByDownstream())
-	shown := w.downstreams[:min(len(w.downstreams), cmp.Or(lim.Downstreams, defaultPageLimits.Downstreams))]
-	v.MoreDownstreams = len(w.downstreams) - len(shown)
+	pst := w.state.Load()
+	shown := pst.names[:min(len(pst.names), cmp.Or(lim.Downstreams, defaultPageLimits.Downstreams))]
+	v.MoreDownstreams = len(pst.names) - len(shown)
 	var errs []error
 	fleet, err := w.readFleet(ctx, v.Now, shown)
 	errs = append(errs, err)
+	v.Policy, v.Fleet = pst.fp, pst.fleet
 	for _, name := range shown {
-		d := w.policy.Downstreams[name]
-		rates := []string{rateText(throttle.Rate{Rate: d.Limit.Rate, Per: d.Limit.Per, Burst: d.Limit.Burst})}
-		for _, a := range d.Limit.Also {
+		d := pst.bound[name]
+		file := pst.pol.Downstreams[name]
+		rates := []string{rateText(throttle.Rate{Rate: file.Limit.Rate, Per: file.Limit.Per, Burst: file.Limit.Burst})}
+		for _, a := range file.Limit.Also {
 			rates = append(rates, rateText(a))
 		}
 		row := pageDownstream{Name: name, Configured: strings.Join(rates, "; "), Per: cmp.Or(d.Limit.Per, time.Second),
-			PerTenant: d.PerTenant, Calls: calls[name], Refused: refused[name], Fleet: fleet[name]}
+			PerTenant: d.PerTenant, Calls: calls[name], Refused: refused[name], Fleet: fleet[name], PacedAt: pst.stricter[name]}
 		if row.Fleet != nil {
 			row.FleetCalls, row.FleetRefused = row.Fleet.lastMinute()
-			limit := 0.0
-			if !d.PerTenant { // a per-tenant limit is no bound on the fleet's calls
-				limit = float64(d.Limit.Rate) / row.Per.Seconds()
-			}
-			row.Chart = chart(row.Fleet, limit)
+			row.Chart = chart(row.Fleet, callLimit(d))
 		}
 		if d.Concurrency != nil {
 			row.Cap = d.Concurrency.Max
@@ -194,6 +233,11 @@ func (w *Worker) pageView(ctx context.Context, lim pageLimits) pageView {
 	v.MoreAsleep = max(v.Stats.Sleeping-int64(len(v.Sleepers)), 0)
 	v.Backlogs, v.Looked, err = w.producer.Backlogs(ctx, lim.Top, lim.Look)
 	errs = append(errs, err)
+	v.Later, err = w.producer.Later(ctx, lim.Top, laterLook)
+	errs = append(errs, err)
+	if w.sched != nil {
+		v.Schedules = w.sched.status()
+	}
 	budget := cmp.Or(lim.Buckets, defaultPageLimits.Buckets)
 	marks, err := w.producer.Marked(ctx, budget)
 	errs = append(errs, err)
@@ -257,7 +301,7 @@ func (w *Worker) tenantBuckets(ctx context.Context, rows []pageDownstream, marks
 			budget--
 			took = true
 			row := &rows[i]
-			d := w.policy.Downstreams[row.Name]
+			d := w.state.Load().bound[row.Name]
 			key := queue.ThrottleKey(&queue.Job{Downstream: row.Name, Tenant: c.tenant}, true)
 			st, err := w.th.State(ctx, key, d.Limit)
 			if err != nil {
@@ -304,36 +348,102 @@ func periodText(d time.Duration) string {
 }
 
 // rateText describes a rate in its own unit and period: "3000 per 1m",
-// "2 per 1s, burst 40".
+// "2 per 1s, burst 40", "180,000 per 1m, burst 20,000".
 func rateText(r throttle.Rate) string {
-	per := cmp.Or(r.Per, time.Second)
-	s := throttle.Rate{Rate: r.Rate, Per: per, Burst: r.Burst, Counts: r.Counts}.String()
-	return strings.Replace(s, "per "+per.String(), "per "+periodText(per), 1)
+	s := numText(float64(r.Rate)) + " per " + periodText(cmp.Or(r.Per, time.Second))
+	if r.Burst > 1 {
+		s += ", burst " + numText(float64(r.Burst))
+	}
+	if r.Counts == throttle.CountsCalls {
+		s += ", counting calls"
+	}
+	return s
 }
 
 // paceText shows a pace of perSecond units a second in the limit's own
-// period: "1500 per 1m".
+// period: "1500 per 1m", "20,000 per 1m".
 func paceText(perSecond float64, per time.Duration) string {
-	return fmt.Sprintf("%.4g per %s", perSecond*per.Seconds(), periodText(per))
+	return numText(perSecond*per.Seconds()) + " per " + periodText(per)
 }
 
-// pageChart is the inline SVG of a downstream's fleet-wide calls a
-// second over the chart's minutes, against its limit.
+// numText writes a number for people: whole from 100 on, with commas
+// from 10,000 ("20,000", not 2e+04), else with at most two decimals and
+// none trailing ("2.5", "0.33").
+func numText(f float64) string {
+	switch {
+	case f != f: // NaN
+		return "?"
+	case f < 0:
+		return "-" + numText(-f)
+	case f < 100:
+		s := strconv.FormatFloat(f, 'f', 2, 64)
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+		return cmp.Or(s, "0")
+	case f > 1e15:
+		return strconv.FormatFloat(f, 'e', 2, 64)
+	}
+	s := strconv.FormatInt(int64(f+0.5), 10)
+	if len(s) <= 4 {
+		return s
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// pageChart is the inline SVG of a downstream's fleet-wide calls over
+// the chart's minutes, counted per the period of the limit it is drawn
+// against.
 type pageChart struct {
 	W, H    int
 	Calls   string    // polyline points
 	LimitY  float64   // the limit's line, when Limit > 0
-	Limit   float64   // units a second; 0 for none drawn
-	Top     float64   // calls a second at the top of the chart
+	Limit   float64   // calls per Per; 0 for none drawn
+	Per     string    // the period the chart counts calls in: "1s", "1m"
+	Top     float64   // calls per Per at the top of the chart
 	Refused []float64 // x of the buckets with 429s
 	Minutes int
 }
 
-// chart draws s against limit (units a second, 0 for none).
-func chart(s *fleetSeries, limit float64) pageChart {
-	c := pageChart{W: 3 * fleetBuckets, H: 36, Limit: limit, Minutes: int(fleetBuckets * fleetBucket / time.Minute)}
-	per := fleetBucket.Seconds()
-	top := limit
+// chartLimit is the limit on a downstream's calls that its chart is
+// drawn against.
+type chartLimit struct {
+	Rate float64       // calls per Per; 0 for none known
+	Per  time.Duration // the period the chart counts in
+}
+
+// callLimit is the limit the fleet's calls of d are drawn against: an
+// also rate that counts calls (the requests a minute beside a quota of
+// tokens), else d's own rate, which counts cost: calls, for jobs of the
+// default cost 1. A downstream per tenant has no limit on the fleet's
+// calls.
+func callLimit(d queue.Downstream) chartLimit {
+	per := cmp.Or(d.Limit.Per, time.Second)
+	for _, a := range d.Limit.Also {
+		if a.Counts == throttle.CountsCalls {
+			per = cmp.Or(a.Per, time.Second)
+			if d.PerTenant {
+				return chartLimit{Per: per}
+			}
+			return chartLimit{Rate: float64(a.Rate), Per: per}
+		}
+	}
+	if d.PerTenant {
+		return chartLimit{Per: per}
+	}
+	return chartLimit{Rate: float64(d.Limit.Rate), Per: per}
+}
+
+// chart draws s against limit.
+func chart(s *fleetSeries, limit chartLimit) pageChart {
+	c := pageChart{W: 3 * fleetBuckets, H: 36, Limit: limit.Rate, Per: periodText(limit.Per), Minutes: int(fleetBuckets * fleetBucket / time.Minute)}
+	per := fleetBucket.Seconds() / limit.Per.Seconds() // a bucket's calls over this: calls per limit.Per
+	top := limit.Rate
 	for _, n := range s.Calls {
 		top = max(top, float64(n)/per)
 	}
@@ -349,8 +459,8 @@ func chart(s *fleetSeries, limit float64) pageChart {
 		}
 	}
 	c.Calls = strings.Join(pts, " ")
-	if limit > 0 {
-		c.LimitY = y(limit)
+	if limit.Rate > 0 {
+		c.LimitY = y(limit.Rate)
 	}
 	return c
 }
@@ -359,6 +469,7 @@ func chart(s *fleetSeries, limit float64) pageChart {
 // seconds for the last minute (sample), so that the page can show the
 // last minute's.
 type callCounts struct {
+	by    sync.Map // downstream name -> *callPair: since the start (wrap)
 	mu    sync.Mutex
 	snaps []callSnap // oldest first, none older than a minute and a sample
 }
@@ -400,30 +511,43 @@ func (c *callCounts) lastMinute(all, refused map[string]float64) (map[string]flo
 	return all, refused
 }
 
-// responsesByDownstream returns, per downstream, the responses this
-// process has seen since it started, and those with status 429, from its
-// own sluice_downstream_responses_total.
+// responsesByDownstream returns, per downstream, the calls this
+// process has made since it started, and those the downstream refused
+// (callCounts.wrap).
 func (w *Worker) responsesByDownstream() (all, refused map[string]float64) {
 	all, refused = map[string]float64{}, map[string]float64{}
-	mfs, err := w.reg.Gather()
-	if err != nil {
-		return all, refused
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sluice_downstream_responses_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			n, name := m.GetCounter().GetValue(), labels["downstream"]
-			all[name] += n
-			if labels["code"] == "429" {
-				refused[name] += n
-			}
-		}
-	}
+	w.calls.by.Range(func(k, v any) bool {
+		n := v.(*callPair)
+		all[k.(string)], refused[k.(string)] = float64(n.all.Load()), float64(n.refused.Load())
+		return true
+	})
 	return all, refused
+}
+
+// callPair counts one downstream's calls and refusals.
+type callPair struct{ all, refused atomic.Int64 }
+
+// wrap counts each job h runs that names a downstream as a call to it,
+// whatever its type (the built-in HTTP job's, a handler of the
+// program's own), and as refused when the handler says the downstream
+// refused it (queue.Refused: the built-in job's 429 or 503). Jobs put
+// back before their handler ran (a slot too far, a lease held) made no
+// call and are not counted.
+func (c *callCounts) wrap(h queue.Handler) queue.Handler {
+	return queue.HandlerFunc(func(ctx context.Context, job *queue.Job) error {
+		err := h.ProcessJob(ctx, job)
+		if job.Downstream != "" {
+			v, ok := c.by.Load(job.Downstream)
+			if !ok {
+				v, _ = c.by.LoadOrStore(job.Downstream, &callPair{})
+			}
+			n := v.(*callPair)
+			n.all.Add(1)
+			var re *queue.RescheduleError
+			if errors.As(err, &re) && re.Refused {
+				n.refused.Add(1)
+			}
+		}
+		return err
+	})
 }

@@ -188,7 +188,8 @@ func TestRateText(t *testing.T) {
 		{Rate: 1000, Per: time.Hour, Counts: throttle.CountsCalls}: "1000 per 1h, counting calls",
 		{Rate: 5, Per: 90 * time.Second}:                           "5 per 1m30s",
 		{Rate: 1, Per: 500 * time.Millisecond}:                     "1 per 500ms",
-		{Rate: 40000, Per: 24 * time.Hour}:                         "40000 per 24h",
+		{Rate: 40000, Per: 24 * time.Hour}:                         "40,000 per 24h",
+		{Rate: 180000, Per: time.Minute, Burst: 20000}:             "180,000 per 1m, burst 20,000",
 	} {
 		if got := rateText(r); got != want {
 			t.Errorf("rateText(%+v) = %q; want %q", r, got, want)
@@ -196,5 +197,15 @@ func TestRateText(t *testing.T) {
 	}
 	if got := paceText(50, time.Minute); got != "3000 per 1m" {
 		t.Errorf("paceText(50/s, 1m) = %q; want 3000 per 1m", got)
+	}
+	// A token quota's pace, which %.4g printed as 2e+04.
+	if got := paceText(20000.0/60, time.Minute); got != "20,000 per 1m" {
+		t.Errorf("paceText(20000/min) = %q; want 20,000 per 1m", got)
+	}
+	for f, want := range map[float64]string{0: "0", 0.333333: "0.33", 2.5: "2.5", 99.99: "99.99", 100.4: "100", 9999: "9999",
+		12345.6: "12,346", 1234567: "1,234,567", -20000: "-20,000"} {
+		if got := numText(f); got != want {
+			t.Errorf("numText(%v) = %q; want %q", f, got, want)
+		}
 	}
 }

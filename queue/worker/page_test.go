@@ -50,9 +50,15 @@ downstreams:
     per: 1s
     per_tenant: true
   llm:
-    rate: 3000
+    rate: 180000
     per: 1m
-    also: [{rate: 2, per: 1s, burst: 40}]
+    burst: 20000
+    also: [{rate: 2, per: 1s, burst: 40, counts: calls}]
+schedules:
+  yearly:
+    cron: "0 3 1 1 *"
+    tenant: ops
+    job: {type: report}
 `
 
 func writePolicy(t *testing.T, text string) (string, *policy.Config) {
@@ -263,6 +269,12 @@ func TestPageInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	dueAt := time.Now().Add(time.Hour)
+	for range 2 {
+		if _, err := p.Enqueue(ctx, queue.Job{Tenant: "stark", Type: "x", Downstream: "api", RunAt: dueAt}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := p.Enqueue(ctx, queue.Job{Tenant: "umbrella", Type: "sluice.http", Downstream: "shop",
 		Payload: []byte(`{"url":"` + fake.URL + `/orders","method":"POST"}`)}); err != nil {
 		t.Fatal(err)
@@ -328,12 +340,21 @@ func TestPageInBrowser(t *testing.T) {
 		"shop\t2 per 1s\t", "paused until "+clockText(shopState.PausedUntil), "this worker 1 · 1\nfleet 1 · 1",
 		"feeds\t10 per 1s\ta bucket per tenant: 1 paused or busy",
 		"hooli\t", " per 1s (9", "paused until "+clockText(hooliState.PausedUntil), "pause: downstream feeds is paused",
-		"llm\t3000 per 1m; 2 per 1s, burst 40\t3000 per 1m\n(100.0%)")
+		"llm\t180,000 per 1m, burst 20,000; 2 per 1s, burst 40, counting calls\t180,000 per 1m\n(100.0%)")
 	want("#asleep",
 		acme+"\t", "pause: downstream api is paused",
 		"globex\t", "initech\t", "umbrella\t", "hooli\t", "rescheduled: HTTP 429 from "+strings.TrimPrefix(fake.URL, "http://"))
 	want("#backlogs", "tenant\tjobs\n"+acme+"\t3\nglobex\t2\n")
-	want("#depth", "8 of 100000 jobs waiting")
+	want("#depth", "10 of 100,000 jobs waiting", "2 not due yet")
+	want("#later", "stark\t2\t"+clockText(dueAt.Truncate(time.Microsecond)), "(in 59m")
+	want("#schedules", "yearly\t0 3 1 1 *\tops\t"+whenText(cfg.Schedules[0].Next(time.Now()))+" (in ", "none tried by this worker yet")
+	want("#policy", "Policy ", "the live workers agree")
+	// llm's chart counts calls a second against its 2 calls a second,
+	// not its tokens a minute.
+	if got, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelectorAll("svg.chart")[2].getAttribute("aria-label")`)); err != nil ||
+		!strings.HasPrefix(got, "fleet calls per 1s, last 5 minutes") || !strings.HasSuffix(got, "limit 2") {
+		t.Errorf("llm's chart: %q (%v); want calls per 1s against the limit of 2", got, err)
+	}
 	// The chart of every downstream, the limit's line on the three with
 	// one bucket, a 429's mark on shop's; and the page's style applies
 	// under its CSP.

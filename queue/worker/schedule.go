@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,13 +45,23 @@ type scheduler struct {
 	log       *slog.Logger
 	ticks     *prometheus.CounterVec // by schedule and result; nil for none
 
+	mu     sync.Mutex  // step's state, which the page reads (status)
 	next   []time.Time // per schedule, the next tick to try; zero: not yet known
 	failed []bool      // per schedule, whether the pending tick failed once (logged)
+	last   []tickSeen  // per schedule, the last tick tried and what became of it
+}
+
+// tickSeen is a tick as this worker last tried it.
+type tickSeen struct {
+	Tick   time.Time // zero: none tried yet
+	Result string    // tickEnqueued, tickTaken, ...
+	At     time.Time // when
+	Err    string    // a refusal's or failure's reason
 }
 
 func newScheduler(p tickEnqueuer, schedules []policy.Schedule, now func() time.Time, log *slog.Logger, ticks *prometheus.CounterVec) *scheduler {
 	return &scheduler{producer: p, schedules: schedules, now: now, log: log, ticks: ticks,
-		next: make([]time.Time, len(schedules)), failed: make([]bool, len(schedules))}
+		next: make([]time.Time, len(schedules)), failed: make([]bool, len(schedules)), last: make([]tickSeen, len(schedules))}
 }
 
 // newTickCounter registers sluice_schedule_ticks_total on reg.
@@ -84,10 +95,13 @@ func (s *scheduler) run(ctx context.Context) {
 // step tries, for each schedule, its latest tick not after now if it is
 // newer than the last one tried.
 func (s *scheduler) step(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	now := s.now().UTC()
 	for i := range s.schedules {
 		sc := &s.schedules[i]
-		if s.next[i].IsZero() {
+		fresh := s.next[i].IsZero()
+		if fresh {
 			// The first tick at or after now less catch_up: a worker that
 			// starts (or restarts) late still runs a tick that no other
 			// worker ran, within catch_up.
@@ -105,11 +119,17 @@ func (s *scheduler) step(ctx context.Context) {
 			if n.IsZero() || n.After(now) {
 				break
 			}
-			s.count(sc.Name, tickMissed) // passed over for a later one: no backfill
+			if !fresh {
+				// Passed over for a later one: no backfill. At the start
+				// the ticks before the latest within catch_up were other
+				// workers' (or no worker's, before this one): not counted.
+				s.count(sc.Name, tickMissed)
+			}
 			tick = n
 		}
 		if late := now.Sub(tick); late > sc.CatchUp {
 			s.count(sc.Name, tickMissed)
+			s.last[i] = tickSeen{Tick: tick, Result: tickMissed, At: now}
 			s.log.Warn("sluice: schedule's tick missed: found later than its catch_up, skipped", "schedule", sc.Name,
 				"tick", tick, "late", late.Round(time.Millisecond), "catch_up", sc.CatchUp)
 			s.advance(i, tick)
@@ -117,18 +137,27 @@ func (s *scheduler) step(ctx context.Context) {
 		}
 		job := sc.Job
 		job.ID = "tick:" + sc.Name + ":" + strconv.FormatInt(tick.Unix(), 10)
+		s.mu.Unlock() // the page reads the rest meanwhile
 		_, err := s.producer.EnqueueTick(ctx, sc.Name, tick, job)
+		s.mu.Lock()
+		seen := tickSeen{Tick: tick, At: s.now().UTC()}
+		if err != nil {
+			seen.Err = err.Error()
+		}
 		var full *queue.QueueFullError
 		var limited *queue.RateLimitedError
 		switch {
 		case err == nil:
+			seen.Result = tickEnqueued
 			s.count(sc.Name, tickEnqueued)
 			s.log.Debug("sluice: schedule's tick enqueued", "schedule", sc.Name, "tick", tick, "id", job.ID)
 		case errors.Is(err, queue.ErrTickTaken):
+			seen.Result, seen.Err = tickTaken, ""
 			s.count(sc.Name, tickTaken)
 		case errors.As(err, &full), errors.As(err, &limited), errors.Is(err, queue.ErrDuplicateJob), errors.Is(err, queue.ErrInvalidJob):
 			// The tick is spent (or, for an invalid job, would be refused
 			// again): not retried.
+			seen.Result = tickRefused
 			s.count(sc.Name, tickRefused)
 			s.log.Warn("sluice: schedule's tick refused by the queue, not retried", "schedule", sc.Name, "tick", tick, "err", err)
 		case ctx.Err() != nil:
@@ -136,6 +165,8 @@ func (s *scheduler) step(ctx context.Context) {
 		default:
 			// Redis unreachable or out of memory: nothing was claimed, so
 			// try again next step, while within catch_up.
+			seen.Result = tickFailed
+			s.last[i] = seen
 			s.count(sc.Name, tickFailed)
 			if !s.failed[i] {
 				s.log.Warn("sluice: schedule's tick failed, trying again within its catch_up", "schedule", sc.Name, "tick", tick, "err", err)
@@ -143,8 +174,39 @@ func (s *scheduler) step(ctx context.Context) {
 			s.failed[i], s.next[i] = true, tick
 			continue
 		}
+		s.last[i] = seen
 		s.advance(i, tick)
 	}
+}
+
+// scheduleStatus is one schedule as the page shows it.
+type scheduleStatus struct {
+	Name, Spec string
+	Tenant     string
+	Next       time.Time // the next tick this worker will try
+	Last       tickSeen
+}
+
+// status returns the schedules' next ticks and the last tick each was
+// tried at, in the file's order.
+func (s *scheduler) status() []scheduleStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UTC()
+	out := make([]scheduleStatus, len(s.schedules))
+	for i := range s.schedules {
+		sc := &s.schedules[i]
+		spec := sc.Cron
+		if spec == "" {
+			spec = "every " + sc.Every.String()
+		}
+		next := s.next[i]
+		if next.IsZero() {
+			next = sc.Next(now)
+		}
+		out[i] = scheduleStatus{Name: sc.Name, Spec: spec, Tenant: sc.Job.Tenant, Next: next, Last: s.last[i]}
+	}
+	return out
 }
 
 // advance moves schedule i past tick.

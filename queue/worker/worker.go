@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -165,18 +164,24 @@ type Worker struct {
 	ran     atomic.Bool
 
 	// Made by start.
-	client      redis.UniversalClient
-	th          *throttle.Throttle
-	producer    *queue.Producer
-	server      *queue.Server
-	sched       *scheduler
-	http        *http.Server
-	ln          net.Listener
-	watch       *redisconn.Watch
-	calls       callCounts // for the page
-	fleet       fleetFlush // what this worker added to the fleet's counts
-	downstreams []string   // the policy's downstreams' names, sorted, for the page
-	closers     []func()   // what start opened, undone in reverse
+	client   redis.UniversalClient
+	th       *throttle.Throttle
+	producer *queue.Producer
+	server   *queue.Server
+	sched    *scheduler
+	http     *http.Server
+	ln       net.Listener
+	watch    *redisconn.Watch
+	calls    callCounts // for the page
+	fleet    fleetFlush // what this worker added to the fleet's counts
+	closers  []func()   // what start opened, undone in reverse
+
+	// The policy as the fleet binds it (policyfleet.go): replaced by
+	// a reload and by the fleet's beat, read by every job.
+	state   atomic.Pointer[policyState]
+	pfleet  *policyFleet
+	reloads sync.Mutex  // one Reload at a time
+	started atomic.Bool // start has made what Reload uses
 }
 
 // New checks cfg and returns a Worker that Run starts. It reads the
@@ -243,6 +248,7 @@ func New(cfg *Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: c, policy: pol, log: c.Logger, reg: reg, mux: queue.NewServeMux(), limits: defaultLimits, page: defaultPageLimits}
 	w.known.Store(pol)
+	w.state.Store(newPolicyState(pol, time.Now()))
 	// The built-in HTTP job; its handler is made by Run, with the
 	// throttle.
 	w.mux.Handle(httpjob.Type, queue.HandlerFunc(func(ctx context.Context, job *queue.Job) error {
@@ -323,7 +329,6 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		return err
 	}
 	cfg, o := w.policy, w.cfg
-	w.downstreams = slices.Sorted(maps.Keys(cfg.Downstreams))
 	thMetrics, err := throttle.NewMetrics(w.reg)
 	if err != nil {
 		return err
@@ -344,9 +349,19 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		return err
 	}
 	w.closers = append(w.closers, func() { w.th.Close() })
+	// Before the first job: this worker's policy is published, and bound
+	// by the fleet's (policyfleet.go).
+	if w.pfleet, err = newPolicyFleet(client, cfg.Queue.Name, w.reg); err != nil {
+		return err
+	}
+	if err := w.beatPolicy(ctx, true); err != nil {
+		w.log.Warn("sluice: the fleet's policies could not be read; pacing by this worker's file until the next beat", "err", err)
+	}
+	w.pfleet.announce(ctx)
 	qc := cfg.QueueConfig()
 	qc.AllowEviction = o.AllowEvictingRedis
 	qc.Check = func(job *queue.Job) error { return w.known.Load().CheckJob(job) }
+	qc.Tenants = func(id string) queue.TenantPolicy { return w.state.Load().tenants(id) }
 	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
 		return err
 	}
@@ -364,7 +379,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		Prefetch:    cfg.Queue.Prefetch,
 		Throttle:    w.th,
 		Downstreams: func(name string) (queue.Downstream, bool) {
-			d, ok := cfg.Downstreams[name]
+			d, ok := w.state.Load().bound[name]
 			return d, ok
 		},
 		ShutdownTimeout: o.ShutdownTimeout,
@@ -382,7 +397,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	// response's header to 64 KiB.
 	base := downstream.NewBase()
 	base.MaxIdleConnsPerHost = max(o.Concurrency, 2)
-	w.builtin.Store(&httpjob.Handler{Throttle: w.th, Metrics: dsMetrics, Base: base, Resolve: cfg.ResolveHTTP})
+	w.builtin.Store(&httpjob.Handler{Throttle: w.th, Metrics: dsMetrics, Base: base, Resolve: w.resolveHTTP})
 
 	mux := http.NewServeMux()
 	op := operatorGuard(o.OperatorToken)
@@ -449,7 +464,8 @@ func (w *Worker) close() {
 // gracefully (Run).
 func (w *Worker) serve(ctx context.Context) error {
 	var tally jobTally
-	if err := w.server.Start(tally.wrap(w.mux)); err != nil {
+	w.started.Store(true)
+	if err := w.server.Start(tally.wrap(w.calls.wrap(w.mux))); err != nil {
 		return err
 	}
 	errc := make(chan error, 1)
@@ -462,6 +478,7 @@ func (w *Worker) serve(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { w.watch.Loop(wctx) })
 	loops.Go(func() { w.sched.run(wctx) })
+	loops.Go(func() { w.policyLoop(wctx) })
 	base := "http://" + w.ln.Addr().String()
 	w.log.Info("sluice worker started", "queue", w.policy.Queue.Name, "listen", w.ln.Addr().String(), "concurrency", w.cfg.Concurrency,
 		"page", base+"/", "metrics", base+"/metrics", "healthz", base+"/healthz", "enqueue", "POST "+base+"/enqueue", "monitoring", base+"/monitoring/")
