@@ -34,7 +34,11 @@ type keys struct {
 	held string
 	// ticks maps each periodic job's schedule whose tenant lives in the
 	// shard to the last tick claimed (µs; Producer.EnqueueTick).
-	ticks                   string
+	ticks string
+	// jobs maps each job's scoped id to where to find it (its task id,
+	// its place in its tenant's sequence and when it is due), and each
+	// encoded tenant to its sequence (inspect.go).
+	jobs                    string
 	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
 	asynqPending, asynqTask string
@@ -59,6 +63,7 @@ func newKeys(prefix, queue string) keys {
 		full:         k("full"),
 		held:         k("held"),
 		ticks:        k("ticks"),
+		jobs:         k("jobs"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",

@@ -121,6 +121,7 @@ type Server struct {
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
 	books        claimBooks
+	forget       *forgetter // the records of completed jobs (records.go)
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
@@ -164,6 +165,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+	s.forget = newForgetter(client, s.shards)
 	queues := map[string]int{}
 	if cfg.Throttle != nil && cfg.Downstreams != nil {
 		for _, name := range cfg.DownstreamNames {
@@ -246,6 +248,8 @@ func (s *Server) Start(h Handler) error {
 		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
 	}
 	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.forget.loop(ctx) }()
 	return nil
 }
 
@@ -266,6 +270,7 @@ func (s *Server) Shutdown() {
 	}
 	stopping.Wait()
 	s.leaseWaits.wg.Wait()
+	s.forget.flush(context.Background())
 }
 
 // throttleFor returns the throttle key and settings for job, if it names
@@ -413,6 +418,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	}
 	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
+	}
+	if err == nil {
+		s.forget.add(job)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
@@ -583,6 +591,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
+	s.retask(ctx, job)
 	s.metrics.putBackSeconds.WithLabelValues(job.Class()).Add(d.Seconds())
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))

@@ -67,4 +67,7 @@ var (
 	QueueClaim  = script("throttle_book", "queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
+	// QueueRecord and QueueRemove are the inspector's (queue/inspect.go).
+	QueueRecord = redis.NewScript(src("queue_record"))
+	QueueRemove = redis.NewScript(src("queue_remove"))
 )

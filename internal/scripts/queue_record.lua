@@ -1,0 +1,28 @@
+-- Keep the jobs hash's records (queue_enqueue.lua writes them; see
+-- queue/inspect.go) true to their jobs: a record whose task id names the
+-- same job as the one given (the same sluice:<scoped id>@<nonce>, the
+-- task id less its ":<moves>") is changed; a record of another job of
+-- that id (enqueued since, which wrote its own) is left alone.
+-- KEYS     1 jobs hash (scoped id -> "<task id> <seq> <due µs>")
+-- ARGV     1 "retask" (the job was put back: its record takes the new
+--          task id, keeping its seq and due time) or "forget" (the job
+--          completed: its record goes), then pairs of scoped id and task
+--          id
+-- Returns  how many records changed
+local function job(task) return string.match(task, '^(.*):%d+$') end
+local changed = 0
+for i = 2, #ARGV - 1, 2 do
+  local rec = redis.call('HGET', KEYS[1], ARGV[i])
+  if rec then
+    local sp = string.find(rec, ' ', 1, true)
+    if sp and job(string.sub(rec, 1, sp - 1)) == job(ARGV[i + 1]) then
+      if ARGV[1] == 'retask' then
+        redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. string.sub(rec, sp))
+      else
+        redis.call('HDEL', KEYS[1], ARGV[i])
+      end
+      changed = changed + 1
+    end
+  end
+end
+return changed
