@@ -54,6 +54,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
           {"tenant":"t","type":"x","payload":{...},"downstream":"d","id":"...","cost":1,
            "run_in":"10m" or "run_at":"2026-11-27T09:00:00Z"})
   enqueue -policy policy.yaml stats
+  enqueue -policy policy.yaml why|list|cancel|delete ...   (enqueue why -h)
 
 `)
 	// Parse's own output goes nowhere: point the flag list at w.
@@ -115,6 +116,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintln(stderr, "enqueue:", err)
 		usage(stderr, fs)
 		return ExitUsage
+	}
+	if fs.NArg() > 0 && inspectCommands[fs.Arg(0)] {
+		return inspectMain(ctx, fs.Args(), o, stdout, stderr)
 	}
 	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
 	switch {
