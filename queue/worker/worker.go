@@ -371,6 +371,14 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		fmt.Fprintln(rw, "ok")
 	})
 	mux.Handle("/enqueue", queue.HTTPHandler(w.producer))
+	in, err := queue.NewInspector(client, &queue.InspectorConfig{Config: qc, Throttle: w.th, Downstreams: func(name string) (queue.Downstream, bool) {
+		d, ok := cfg.Downstreams[name]
+		return d, ok
+	}})
+	if err != nil {
+		return err
+	}
+	handleJobs(mux, in)
 	mux.HandleFunc("GET /{$}", w.servePage)
 	// asynqmon is not closed: its Close would close client, which is
 	// closed by its owner.
