@@ -19,7 +19,7 @@ import (
 // retask points job's record at its new task id, after a put-back.
 func (s *Server) retask(ctx context.Context, job *Job) {
 	k := s.shards.of(job.tenantEnc)
-	if err := scripts.QueueRecord.Run(context.WithoutCancel(ctx), s.client, []string{k.jobs}, "retask", job.ScopedID(), job.taskID()).Err(); err != nil {
+	if err := scripts.QueueRecord.Run(context.WithoutCancel(ctx), s.client, []string{k.jobs, k.ldepth}, "retask", k.tenantPrefix, job.ScopedID(), job.taskID()).Err(); err != nil {
 		s.log.Warn("sluice: updating a put-back job's record for the inspector", "job", job.ID, "err", err)
 	}
 }
@@ -76,7 +76,8 @@ func (f *forgetter) flush(ctx context.Context) {
 	f.due, f.n = map[int][]any{}, 0
 	f.mu.Unlock()
 	for i, pairs := range due {
-		scripts.QueueRecord.Run(ctx, f.client, []string{f.shards[i].jobs}, append([]any{"forget"}, pairs...)...)
+		k := f.shards[i]
+		scripts.QueueRecord.Run(ctx, f.client, []string{k.jobs, k.ldepth}, append([]any{"forget", k.tenantPrefix}, pairs...)...)
 	}
 }
 

@@ -3,15 +3,19 @@
 -- same job as the one given (the same sluice:<scoped id>@<nonce>, the
 -- task id less its ":<moves>") is changed; a record of another job of
 -- that id (enqueued since, which wrote its own) is left alone.
--- KEYS     1 jobs hash (scoped id -> "<task id> <seq> <due µs>")
+-- A tenant's sequence (the jobs hash's field <tenant>) goes with the
+-- record of its last job forgotten while it has none waiting, so that an
+-- idle queue keeps nothing of its tenants.
+-- KEYS     1 jobs hash (scoped id -> "<task id> <seq> <due µs>"), 2
+--          per-tenant count of jobs for later
 -- ARGV     1 "retask" (the job was put back: its record takes the new
 --          task id, keeping its seq and due time) or "forget" (the job
---          completed: its record goes), then pairs of scoped id and task
---          id
+--          completed: its record goes), 2 the prefix of the tenants' list
+--          keys, then pairs of scoped id and task id
 -- Returns  how many records changed
 local function job(task) return string.match(task, '^(.*):%d+$') end
 local changed = 0
-for i = 2, #ARGV - 1, 2 do
+for i = 3, #ARGV - 1, 2 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])
   if rec then
     local sp = string.find(rec, ' ', 1, true)
@@ -20,6 +24,10 @@ for i = 2, #ARGV - 1, 2 do
         redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1] .. string.sub(rec, sp))
       else
         redis.call('HDEL', KEYS[1], ARGV[i])
+        local t = string.match(ARGV[i], '^([^/]*)/')
+        if t and redis.call('LLEN', ARGV[2] .. t) == 0 and redis.call('HEXISTS', KEYS[2], t) == 0 then
+          redis.call('HDEL', KEYS[1], t)
+        end
       end
       changed = changed + 1
     end

@@ -29,4 +29,8 @@ end
 local rec = redis.call('HGET', KEYS[7], ARGV[6])
 local function job(task) return string.match(task or '', '^(.*):%d+$') end
 if rec and job(string.match(rec, '^[^ ]*')) == job(ARGV[7]) then redis.call('HDEL', KEYS[7], ARGV[6]) end
+-- A tenant with nothing left waiting keeps no sequence (queue_record.lua).
+if redis.call('LLEN', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[6], ARGV[3]) == 0 then
+  redis.call('HDEL', KEYS[7], ARGV[3])
+end
 return 1
