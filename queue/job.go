@@ -122,6 +122,9 @@ type Job struct {
 	// Set by the server when it runs the job.
 	slot, slotDelay  int64
 	shard, tenantEnc string
+	// trace is the W3C traceparent of the job's enqueue span ("": not
+	// traced; trace.go).
+	trace string
 }
 
 // EnqueuedAt is when the Producer accepted the job.
@@ -334,6 +337,7 @@ type envelope struct {
 	Refused    int       `json:"refused,omitempty"`
 	Class      string    `json:"class,omitempty"`
 	IDRecorded bool      `json:"id_recorded,omitempty"`
+	Trace      string    `json:"trace,omitempty"`
 }
 
 // noSlot is the envelope's field slot as written: no slot booked. A claim
@@ -343,7 +347,7 @@ const noSlot = "00000000000000000000000000000000"
 
 // encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(envelope{Slot: noSlot, Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded})
+	b, err := json.Marshal(envelope{Slot: noSlot, Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded, Trace: j.trace})
 	return string(b), err
 }
 
@@ -363,6 +367,7 @@ func decodeJob(s []byte) (*Job, error) {
 		}
 	}
 	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class, j.idRecorded = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class, e.IDRecorded
+	j.trace = e.Trace
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
 	}

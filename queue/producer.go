@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/names"
@@ -80,6 +82,10 @@ type Config struct {
 	// evicted key is a lost job, a drifting counter or a broken quota:
 	// without it Enqueue refuses with a *RedisEvictsError.
 	AllowEviction bool
+	// TracerProvider, when set, traces each job with OpenTelemetry: the
+	// Producer's enqueue, and a Server's run of the job under it
+	// (trace.go); nil: no traces.
+	TracerProvider trace.TracerProvider
 
 	// clock, when set, replaces the Redis server's clock in the scripts.
 	// Only this package's tests set it.
@@ -234,9 +240,20 @@ func (p *Producer) EnqueueTick(ctx context.Context, schedule string, tick time.T
 	return p.enqueue(ctx, job, schedule, tick)
 }
 
-func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick time.Time) (Receipt, error) {
+func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick time.Time) (r Receipt, err error) {
 	if err := p.Check(job); err != nil {
 		return Receipt{}, err
+	}
+	ctx, span := tracer(p.cfg.TracerProvider).Start(ctx, "sluice.enqueue", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() {
+		span.SetAttributes(jobAttrs(&job, p.cfg.Queue)...)
+		if err == nil && r.Policy != nil {
+			span.AddEvent("admitted", trace.WithAttributes(attribute.String("sluice.policy", r.Policy.String()), attribute.Int64("sluice.remaining", r.Decision.Remaining)))
+		}
+		endSpan(span, err)
+	}()
+	if p.cfg.TracerProvider != nil {
+		job.trace = traceparent(ctx)
 	}
 	// An id the producer chooses is random and no other job's: the
 	// enqueue script does not record it for the duplicate check. Other

@@ -13,6 +13,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/keyspace"
@@ -304,7 +306,7 @@ func ThrottleKey(job *Job, perTenant bool) string {
 }
 
 // process runs one asynq task: throttle, start, handler.
-func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) (err error) {
 	n, _ := asynq.GetRetryCount(ctx)
 	first := n == 0 // the first run of this hand-over
 	if first {
@@ -316,6 +318,32 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	}
 	job.retried += n
 	s.shards.place(job)
+	if s.cfg.TracerProvider != nil && job.trace != "" {
+		// The run's span, under the job's enqueue span: from the enqueue
+		// for the job's first run, with its wait in the waiting room.
+		var jobSpan trace.Span
+		started := time.Now()
+		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(jobAttrs(job, s.cfg.Queue)...),
+			trace.WithAttributes(attribute.Int("sluice.job.moves", job.moves), attribute.Int("sluice.job.retried", job.retried))}
+		fromEnqueue := first && job.moves == 0 && job.retried == 0 && !job.enqueuedAt.IsZero() && job.enqueuedAt.Before(started)
+		if fromEnqueue {
+			opts = append(opts, trace.WithTimestamp(job.enqueuedAt))
+		}
+		ctx, jobSpan = tracer(s.cfg.TracerProvider).Start(withTraceparent(ctx, job.trace), "sluice.job", opts...)
+		if fromEnqueue {
+			span(ctx, "sluice.waiting_room", latest(job.enqueuedAt, job.RunAt), started)
+		}
+		defer func() {
+			var re *RescheduleError
+			var far *throttle.TooFarError
+			var busy *throttle.BusyError
+			if err == nil || errors.As(err, &re) || errors.As(err, &far) || errors.As(err, &busy) {
+				endSpan(jobSpan, nil)
+				return
+			}
+			endSpan(jobSpan, err)
+		}()
+	}
 	// The first run of a hand-over holds the job's recorded id until the
 	// job starts or goes back to the waiting room (release, putBack).
 	job.holding = first && job.idRecorded
@@ -330,6 +358,8 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		// it; any other books its own.
 		var r throttle.Reservation
 		claimed := false
+		_, slotSpan := childSpan(ctx, "sluice.slot")
+		defer slotSpan.End() // a no-op once ended below
 		if first && job.slot > 0 {
 			r, claimed = s.cfg.Throttle.Claimed(key, d.Limit, job.units(), job.slot, job.slotDelay)
 			if claimed && r.Delay > 0 {
@@ -354,6 +384,8 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 				return s.throttleError(job, err)
 			}
 		}
+		slotSpan.SetAttributes(attribute.Int64("sluice.slot.delay_us", r.Delay.Microseconds()))
+		slotSpan.End()
 		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
 		if d.Concurrency != nil {
 			// The lease is taken once the slot is due, so that a job asleep
@@ -361,7 +393,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 			// while the handler runs, and given back when it returns.
 			s.leaseWaits.watch(s, key) // a release after a refusal is not missed
 			asked := time.Now()
+			_, leaseSpan := childSpan(ctx, "sluice.lease")
 			lease, err := s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
+			endSpan(leaseSpan, err)
 			if err != nil {
 				s.cancelSlot(ctx, r)
 			}
@@ -390,7 +424,9 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		// A job for later waits from when it is due.
 		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(latest(job.enqueuedAt, job.RunAt)).Seconds())
 	}
-	err = leaseLost(ctx, h.ProcessJob(ctx, job))
+	callCtx, callSpan := childSpan(ctx, "sluice.call", trace.WithSpanKind(trace.SpanKindClient))
+	err = leaseLost(ctx, h.ProcessJob(callCtx, job))
+	endSpan(callSpan, err)
 	var re *RescheduleError
 	if errors.As(err, &re) {
 		if re.Refused && s.refusedTooOften(job, d) {

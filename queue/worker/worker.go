@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/redisconn"
@@ -105,6 +106,12 @@ type Config struct {
 
 	// Logger receives the worker's log; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every job with OpenTelemetry
+	// (queue.Config.TracerProvider: a span per run of a job under its
+	// enqueue's, with its waits as child spans, and the built-in HTTP
+	// job's request carrying traceparent); nil: no traces.
+	TracerProvider trace.TracerProvider
+
 	// Registry receives the worker's metrics (sluice_*) and is what
 	// /metrics serves; the program may register its own there too.
 	// Default: a new registry with the Go and process collectors.
@@ -323,6 +330,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	w.closers = append(w.closers, func() { w.th.Close() })
 	qc := cfg.QueueConfig()
 	qc.AllowEviction = o.AllowEvictingRedis
+	qc.TracerProvider = o.TracerProvider
 	qc.Check = func(job *queue.Job) error { return w.known.Load().CheckJob(job) }
 	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
 		return err
