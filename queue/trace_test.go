@@ -115,4 +115,3 @@ func TestNoTraceWithoutProvider(t *testing.T) {
 		t.Fatalf("job %+v, %v in %s; want no trace context", j, err, k.queue)
 	}
 }
-
