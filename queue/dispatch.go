@@ -12,8 +12,7 @@ import (
 // dispatcher feeds one shard of the waiting room to asynq.
 type dispatcher struct {
 	keys     keys
-	prefetch int    // the shard's share of ServerConfig.Prefetch
-	buckets  string // Server.bucketPrefix of the shard
+	prefetch int // the shard's share of ServerConfig.Prefetch
 	// wake tells the dispatcher that wakeAfter jobs of this process have
 	// left the shard's asynq pending list since its last claim
 	// (startedHere), or that a tenant was woken.
@@ -86,12 +85,6 @@ const (
 // it (docs/queue.md, Job ids).
 const idHold = 30 * time.Second
 
-// claimLead is how far ahead of its slot the claim hands over a job whose
-// slot it books (queue_claim.lua); the job's worker sleeps the rest. Its
-// tenant sleeps until its next slot is that close. A longer lead would
-// hand over more jobs a claim, and keep more workers asleep on slots.
-const claimLead = 20 * time.Millisecond
-
 // claimBatch is the most jobs one claim hands over.
 const claimBatch = 64
 
@@ -102,7 +95,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
 		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
-		append([]any{d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds(), claimLead.Microseconds()}, s.claimArgs(d)...)...).Slice()
+		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds()).Slice()
 	if err != nil {
 		return 0, err
 	}
@@ -136,6 +129,11 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 	}
 }
 
+// wakeSlack is how long after the next sleeping tenant's wake time the
+// dispatcher claims, so that one claim serves the tenants that wake
+// close together rather than one claim each.
+const wakeSlack = 10 * time.Millisecond
+
 // pollWait is how long a dispatcher waits before its next claim when the
 // claim found nothing more to take now: until the next sleeping tenant
 // wakes or job for later is due (us, in µs; -1: none), and at most a
@@ -143,7 +141,7 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 func (s *Server) pollWait(us any) time.Duration {
 	wait := s.cfg.PollInterval
 	if us, ok := us.(int64); ok && us >= 0 {
-		wait = min(wait, time.Duration(us)*time.Microsecond+claimLead/2)
+		wait = min(wait, time.Duration(us)*time.Microsecond+wakeSlack)
 	}
 	return wait
 }

@@ -481,7 +481,7 @@ func (in *Inspector) downstreamWaits(ctx context.Context, l *located) ([]Wait, f
 	if err != nil {
 		return nil, 0, err
 	}
-	bucket, _ := in.cfg.Throttle.BucketKey(key)
+	bucket := key // the throttle key names the bucket
 	// The throttle's times are on its clock, st.Now: move them to ours.
 	at := func(t time.Time) time.Time { return l.now.Add(t.Sub(st.Now)) }
 	switch {

@@ -209,7 +209,7 @@ func TestInspectorNamesTheBucket(t *testing.T) {
 				bucket = &info.Waits[i]
 			}
 		}
-		bk, _ := th.BucketKey("api")
+		bk := "api" // the throttle key, which names its bucket
 		truth := info.Now.Add(peek.Delay)
 		if bucket == nil || bucket.Until.Sub(truth).Abs() > time.Second || !info.StartsAt.Equal(bucket.Until) {
 			t.Fatalf("a0: %+v; want a bucket wait until about %v", info, truth)

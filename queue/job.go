@@ -114,13 +114,9 @@ type Job struct {
 	// while it waits, and its id is held while it is handed over until it
 	// starts. holding: this run of the job holds it still.
 	idRecorded, holding bool
-	// slot is the slot (µs, on Redis's clock) that the claim booked for
-	// this hand-over on the job's throttle key (0: none; see envelope),
-	// slotDelay how long (µs) after the booking it was due;
 	// shard is the asynq queue of the tenant's shard, and tenantEnc the
 	// encoded tenant, which name a per-tenant throttle key (ThrottleKey).
 	// Set by the server when it runs the job.
-	slot, slotDelay  int64
 	shard, tenantEnc string
 	// trace is the W3C traceparent of the job's enqueue span ("": not
 	// traced; trace.go).
@@ -323,12 +319,8 @@ func (j *Job) taskID() string {
 
 // envelope is a job as its asynq task's payload carries it, inside the
 // job's waiting-room entry (item): JSON of the fields a producer sets and
-// of those the queue sets. It opens with the field slot, 32 zeros when
-// written; the claim that hands the job over writes there, in
-// place, the slot it booked for it (queue_claim.lua), so that the
-// message's lengths stay as they are.
+// of those the queue sets.
 type envelope struct {
-	Slot string `json:"slot"`
 	Job
 	Nonce      string    `json:"nonce,omitempty"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
@@ -340,14 +332,9 @@ type envelope struct {
 	Trace      string    `json:"trace,omitempty"`
 }
 
-// noSlot is the envelope's field slot as written: no slot booked. A claim
-// that books one writes the slot, then the delay until it (µs), each in
-// 16 digits.
-const noSlot = "00000000000000000000000000000000"
-
 // encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(envelope{Slot: noSlot, Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded, Trace: j.trace})
+	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded, Trace: j.trace})
 	return string(b), err
 }
 
@@ -358,14 +345,6 @@ func decodeJob(s []byte) (*Job, error) {
 		return nil, fmt.Errorf("sluice: undecodable job envelope: %w", err)
 	}
 	j := e.Job
-	if e.Slot != noSlot && len(e.Slot) == len(noSlot) {
-		// Anything but 32 digits is no slot: the worker books its own.
-		slot, err1 := strconv.ParseInt(e.Slot[:16], 10, 64)
-		delay, err2 := strconv.ParseInt(e.Slot[16:], 10, 64)
-		if err1 == nil && err2 == nil && slot > 0 && delay >= 0 {
-			j.slot, j.slotDelay = slot, delay
-		}
-	}
 	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class, j.idRecorded = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class, e.IDRecorded
 	j.trace = e.Trace
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {

@@ -193,3 +193,31 @@ func checkShards(ctx context.Context, client redis.UniversalClient, prefix, queu
 	}
 	return nil
 }
+
+// place records the tenant's shard and encoded id on a job, which name
+// its per-tenant throttle key (ThrottleKey).
+func (s shards) place(job *Job) {
+	if k, enc, _, err := s.tenant(job.Tenant); err == nil {
+		job.shard, job.tenantEnc = k.queue, enc
+	}
+}
+
+// throttleKey is ThrottleKey of a job of the tenant on the downstream.
+func (s shards) throttleKey(downstream, tenant string, perTenant bool) string {
+	job := &Job{Downstream: downstream, Tenant: tenant}
+	s.place(job)
+	return ThrottleKey(job, perTenant)
+}
+
+// ThrottleKey returns the throttle key of the tenant's calls to the
+// downstream: the one ThrottleKey gives for such a job run by s.
+func (s *Server) ThrottleKey(downstream, tenant string, perTenant bool) string {
+	return s.shards.throttleKey(downstream, tenant, perTenant)
+}
+
+// ThrottleKey returns the throttle key of the tenant's calls to the
+// downstream: the one ThrottleKey gives for such a job run by a server of
+// the producer's queue (to pause a tenant's key, or read its state).
+func (p *Producer) ThrottleKey(downstream, tenant string, perTenant bool) string {
+	return p.shards.throttleKey(downstream, tenant, perTenant)
+}

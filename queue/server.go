@@ -74,12 +74,6 @@ type ServerConfig struct {
 	Throttle *throttle.Throttle
 	// Downstreams returns the throttling of a downstream by name.
 	Downstreams func(name string) (Downstream, bool)
-	// DownstreamNames, when set, are the names Downstreams knows: the
-	// claim books the slots of those it can from the first job on
-	// (docs/queue.md, The dispatcher). A downstream not listed is
-	// learned from its first job this process runs, whose worker books
-	// that job's slot.
-	DownstreamNames []string
 	// ShutdownTimeout is how long Shutdown lets running jobs finish;
 	// default 30s. Jobs still running then return to asynq's queue.
 	ShutdownTimeout time.Duration
@@ -122,7 +116,6 @@ type Server struct {
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
-	books        claimBooks
 	forget       *forgetter // the records of completed jobs (records.go)
 }
 
@@ -169,13 +162,6 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	s.forget = newForgetter(client, s.shards)
 	queues := map[string]int{}
-	if cfg.Throttle != nil && cfg.Downstreams != nil {
-		for _, name := range cfg.DownstreamNames {
-			if d, ok := cfg.Downstreams(name); ok {
-				s.books.note(d, name)
-			}
-		}
-	}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
 		// (docs/queue.md, The dispatcher).
@@ -183,7 +169,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		if prefetch < 1 {
 			prefetch = 1
 		}
-		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, buckets: s.bucketPrefix(k.queue), wake: make(chan struct{}, 1),
+		s.disp = append(s.disp, &dispatcher{keys: k, prefetch: prefetch, wake: make(chan struct{}, 1),
 			wakeAfter: int64(max(1, min(prefetch/4, 2*cfg.Concurrency)))})
 		queues[k.queue] = 1
 	}
@@ -353,36 +339,19 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) (err err
 		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 	}
 	if ok {
-		s.books.note(d, job.Downstream)
-		// The first run of a hand-over whose slot the claim booked uses
-		// it; any other books its own.
-		var r throttle.Reservation
-		claimed := false
 		_, slotSpan := childSpan(ctx, "sluice.slot")
 		defer slotSpan.End() // a no-op once ended below
-		if first && job.slot > 0 {
-			r, claimed = s.cfg.Throttle.Claimed(key, d.Limit, job.units(), job.slot, job.slotDelay)
-			if claimed && r.Delay > 0 {
-				var err error
-				if claimed, err = s.cfg.Throttle.Await(ctx, r); err != nil {
-					return s.throttleError(job, err)
-				}
-			}
+		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
+		var far *throttle.TooFarError
+		if errors.As(err, &far) {
+			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
+			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
 		}
-		if !claimed {
-			var err error
-			r, err = s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
-			var far *throttle.TooFarError
-			if errors.As(err, &far) {
-				s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-				return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
+		if err != nil {
+			if neverFits(err) {
+				s.release(ctx, job)
 			}
-			if err != nil {
-				if neverFits(err) {
-					s.release(ctx, job)
-				}
-				return s.throttleError(job, err)
-			}
+			return s.throttleError(job, err)
 		}
 		slotSpan.SetAttributes(attribute.Int64("sluice.slot.delay_us", r.Delay.Microseconds()))
 		slotSpan.End()

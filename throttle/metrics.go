@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_throttle_reservations_total",
-			Help: "Slot reservations by outcome: granted, claimed (booked by the queue's claim and used by the worker: Claimed), too_far (beyond the allowed wait: an overflow), local (granted by the in-process fallback), late (woken too late to use it: left as a gap), error.",
+			Help: "Slot reservations by outcome: granted, too_far (beyond the allowed wait: an overflow), local (granted by the in-process fallback), late (woken too late to use it: left as a gap), error.",
 		}, []string{"throttle", "result"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_throttle_wait_seconds",

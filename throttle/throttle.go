@@ -284,7 +284,6 @@ type Throttle struct {
 	leasePoll  time.Duration    // how often WaitAcquire asks again, as a safety net when it hears releases
 	subscribed bool             // Options.Subscribe: this process hears its own announcements too
 	hostNow    func() time.Time // the host's clock: only for local deadlines
-	srvClock   serverClock      // Redis's clock, as estimated on this host (Claimed)
 	stop       func()
 	wg         sync.WaitGroup
 }
@@ -323,7 +322,6 @@ func New(client redis.UniversalClient, opts *Options) (*Throttle, error) {
 
 // Close stops listening for pauses. It does not close the Redis client.
 func (t *Throttle) Close() error {
-	t.closeServerClock()
 	t.stop()
 	t.wg.Wait()
 	return nil
@@ -390,7 +388,6 @@ type Reservation struct {
 	n         int64
 	tats      []tat // each bucket's, the Limit's own and then Also's, to cancel r
 	queued    bool  // booked on Redis: tats are set
-	claimed   bool  // booked by a queue's script (Claimed): tats hold only pr and n
 	localBook bool  // booked by the local fallback
 	booked    time.Time
 	compile   compiled
@@ -520,7 +517,7 @@ func (c compiled) reserveArgs(n int64, book bool, now string) []any {
 // whether the slot came back: only while no later reservation has been
 // made on the key, and never into a pause (docs/throttle.md, The verbs).
 func (t *Throttle) Cancel(ctx context.Context, r Reservation) (bool, error) {
-	if !r.OK || r.Local || r.claimed || r.key == "" {
+	if !r.OK || r.Local || r.key == "" {
 		return false, nil
 	}
 	k, err := t.rateKey(r.key)

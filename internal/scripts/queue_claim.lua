@@ -1,15 +1,6 @@
 -- Pick tenants with work round-robin (weighted) and hand their oldest jobs
--- to asynq, up to a batch. A job of a downstream the claim books (ARGV 10
--- on: a tenant's own bucket of one rate that learns nothing) has its slot
--- booked here, on its tenant's bucket in the shard's hash slot, with the
--- throttle's rule (throttle_book.lua), and is handed over only when its
--- slot is at most the lead (ARGV 8) away: the slot and the delay until
--- it (µs) are written into the job's envelope, in the 32 digits of its
--- field "slot" that the producer left zero, and the worker sleeps the
--- delay and calls, without a round trip of its own. A job whose slot is
--- further stays at the head of its tenant's list, the tenant asleep until
--- the slot is within the lead. Other jobs' slots are booked by the worker, and a job whose
--- slot is too far away goes
+-- to asynq, up to a batch. The worker books each job's throttle slot
+-- (throttle.Wait); a job whose slot is too far away goes
 -- back to the head of its tenant's list (queue_untake.lua), its tenant
 -- asleep until then, and marks its throttle key "full until then" in the
 -- full set. A claim takes no job whose key is marked: the tenant sleeps
@@ -39,19 +30,11 @@
 --          µs or "" for the server's TIME, 4 the most jobs to take,
 --          5 asynq's task key prefix, 6 asynq's TaskMessage field
 --          Retention, encoded ("" for none), 7 how long an id stays held
---          at most (µs), 8 the lead (µs), 9 the name of the shard's
---          tenants' throttle
---          buckets up to the downstream's name (the throttle's prefix,
---          ":rate:{", the shard's asynq queue and "}"; the bucket of a
---          tenant on a downstream adds the downstream's name, "/" and the
---          encoded tenant: throttle.BucketKey of queue.ThrottleKey), then
---          in fives the downstreams the claim books: name, rl, pr (the
---          rate: rl units per pr µs), burst, guard (µs)
+--          at most (µs)
 -- A job's throttle key is read from its entry's header: the field
 -- downstream (see queue_handover.lua); its marks are <downstream>
 -- for a shared bucket and <downstream>/<encoded tenant> for a tenant's own.
--- Uses     prelude.lua (int, clock), throttle_book.lua (reserve_one),
---          queue_handover.lua
+-- Uses     prelude.lua (int, clock), queue_handover.lua
 -- Returns  {"taken", n, next, wait}
 --                                  n jobs handed over; next is "now" when
 --                                  the next claim should come at once (the
@@ -67,7 +50,7 @@
 --          {"full", pending}       the prefetch is full
 local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
   held = KEYS[14], taskprefix = ARGV[5], retention = ARGV[6], hold = tonumber(ARGV[7])}
-local now, pad = clock(ARGV[3])
+local now = clock(ARGV[3])
 local handed = redis.call('LLEN', KEYS[9])
 local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])
 local room = math.min(prefetch - handed, batch)
@@ -111,90 +94,6 @@ local function until_of(tenant, entry, lf)
   local s = redis.call('ZMSCORE', KEYS[13], ds, ds .. '/' .. tenant)
   local u = math.max(tonumber(s[1] or '0'), tonumber(s[2] or '0'))
   if u > now then return u end
-  return nil
-end
--- The downstreams whose slots the claim books, by name.
-local booked, lead, bucket_prefix = nil, tonumber(ARGV[8]), ARGV[9]
-for i = 10, #ARGV, 5 do
-  booked = booked or {}
-  booked[ARGV[i]] = {rl = tonumber(ARGV[i + 1]), pr = tonumber(ARGV[i + 2]), burst = tonumber(ARGV[i + 3]), guard = tonumber(ARGV[i + 4])}
-end
--- slot_at returns where the 32 digits of the field "slot" start in a
--- task message (nil: not there): the envelope, the message's payload
--- (field 2, after the type, field 1), opens with it.
-local function slot_at(msg)
-  if string.byte(msg, 1) ~= 10 then return nil end
-  local i, len, mul, c = 2, 0, 1, 128
-  while c >= 128 do
-    c = string.byte(msg, i)
-    if not c then return nil end
-    len, mul, i = len + (c % 128) * mul, mul * 128, i + 1
-  end
-  i = i + len
-  if string.byte(msg, i) ~= 18 then return nil end
-  c = 128
-  while c >= 128 do
-    i = i + 1
-    c = string.byte(msg, i)
-    if not c then return nil end
-  end
-  if string.sub(msg, i + 1, i + 9) ~= '{"slot":"' or string.sub(msg, i + 42, i + 42) ~= '"' then return nil end
-  return i + 10
-end
--- The buckets this claim has read, by key (reserve_one's memo): a
--- tenant's next job is checked against the state its last booking left.
-local memo = {}
--- slot_of books (reserve) or checks the slot of a job of the tenant whose
--- entry ends its header at lf (of units units if given, else its own),
--- when the claim books its downstream: reserve_one's reply and the
--- downstream, or nil when it does not.
-local function slot_of(tenant, entry, lf, reserve, units)
-  local ds = field(entry, lf, '\tdownstream=')
-  local b = ds and booked[ds]
-  if not b then return nil end
-  local n = units or tonumber(field(entry, lf, '\tunits=') or '1')
-  -- A job whose cost is more than the burst is the worker's to refuse.
-  if not n or n > b.burst then return nil end
-  return reserve_one(bucket_prefix .. ds .. '/' .. tenant, b.rl, b.pr, b.burst, n, b.guard, lead, reserve, now, pad, memo), ds
-end
--- later_of returns when a tenant whose next slot reserve_one found beyond
--- the lead wakes (µs), and why it waits.
-local function later_of(r, ds)
-  if r[4] > 0 then return now + r[3], 'pause: downstream ' .. ds .. ' is paused (a 429 or 503)' end
-  return now + r[3], 'slot: downstream ' .. ds .. "'s next slot for the tenant is later"
-end
--- book_slot books the slot of a job of the tenant if the claim books its
--- downstream. It returns the message to hand over (with the slot written
--- in) and whether it booked, or nil, when the tenant wakes (µs) and why
--- it waits, when the slot is beyond the lead.
-local function book_slot(tenant, entry, lf, msg)
-  local at = slot_at(msg)
-  if not at then return msg, false end
-  local r, ds = slot_of(tenant, entry, lf, true)
-  if not r then return msg, false end
-  if r[1] == 0 then return nil, later_of(r, ds) end
-  return string.sub(msg, 1, at - 1) .. string.format('%016d%016d', r[10], r[2]) .. string.sub(msg, at + 32), true
-end
--- next_later looks at a tenant's next job, after a turn whose last job
--- the claim booked, and returns when the tenant wakes and why, if that
--- job's slot is beyond the lead (nil: it is not, or the claim does not
--- book it). It reads the job (LINDEX) only when a job of one unit on the
--- same bucket would wait, which the bucket's state in the memo says
--- without a command; so a tenant at its pace goes to sleep in the turn
--- that took its last due job, not in a turn of its own.
-local function next_later(tenant, list, entry, lf)
-  local r = slot_of(tenant, entry, lf, false, 1)
-  if not r or r[1] == 1 then return nil end
-  local nxt = redis.call('LINDEX', list, 0)
-  if not nxt then return nil end
-  local task, _, msg, nlf = read(nxt)
-  if not task then return nil end
-  local u = marked and until_of(tenant, nxt, nlf)
-  if u then return u, MARKED end
-  if not slot_at(msg) then return nil end
-  local ds
-  r, ds = slot_of(tenant, nxt, nlf, false)
-  if r and r[1] == 0 then return later_of(r, ds) end
   return nil
 end
 -- Tenants' weights, read once per claim; none are stored while every
@@ -245,7 +144,7 @@ while n < room and empties < 32 do
       -- Hand the jobs over in order up to the first that is no entry or
       -- whose throttle key is marked full; that one and those behind it go
       -- back to the head of the list.
-      local stop, junk, wake, why, last, last_lf
+      local stop, junk, wake, why
       for i, h in ipairs(got) do
         local task, class, msg, lf = read(h)
         if not task then
@@ -256,16 +155,6 @@ while n < room and empties < 32 do
         if wake then
           stop, why = i, MARKED
           break
-        end
-        last = nil
-        if booked then
-          local ok
-          msg, ok, why = book_slot(tenant, h, lf, msg)
-          if not msg then
-            stop, wake = i, ok
-            break
-          end
-          if ok then last, last_lf = h, lf end
         end
         hand_over(H, task, class, msg, now)
         n = n + 1
@@ -281,9 +170,6 @@ while n < room and empties < 32 do
         ring_back()
         flush(H)
         return {'junk', tenant, got[stop]}
-      end
-      if last and not stop then
-        wake, why = next_later(tenant, list, last, last_lf)
       end
       if wake then
         -- Asleep until the mark ends: out of the ring.

@@ -64,7 +64,7 @@ func init() {
 
 // The waiting room's scripts of package queue.
 var (
-	QueueClaim  = script("throttle_book", "queue_handover", "queue_claim")
+	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
 	QueueUntake = script("queue_untake")
 	// QueueRecord and QueueRemove are the inspector's (queue/inspect.go).

@@ -1,7 +1,5 @@
--- The booking rule of a pacing bucket, shared by throttle_reserve.lua and
--- the queue's claim (queue_claim.lua), which books the slots of the jobs
--- it hands over with it. The rule is throttle_reserve.lua's (its head
--- comment has it and the hash's fields). Defines no keys and reads no
+-- The booking rule of a pacing bucket, for throttle_reserve.lua (its head
+-- comment has the rule and the hash's fields). Defines no keys and reads no
 -- arguments; now is in µs, guard is throttle.Limit.Guard in µs.
 -- Uses     prelude.lua (int, share, paced, guard_of)
 
@@ -67,18 +65,12 @@ local function paused_for(now, p)
   return 0
 end
 
--- reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad,
--- memo): throttle_reserve.lua for a bucket of its own that learns
+-- reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad):
+-- throttle_reserve.lua for a bucket of its own that learns
 -- nothing, the common case, on locals, with no table but its reply (as
--- that script's). pad is clock()'s extra TTL (ms). memo, when given,
--- keeps each bucket's fields as read and as booked since, by key, for a
--- script that books on a bucket more than once: the bucket is read once.
-local function reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad, memo)
-  local st = memo and memo[key]
-  if not st then
-    st = redis.call('HMGET', key, 'p', 's', 'c', 't', 'e', 'a', 'f', 'g')
-    if memo then memo[key] = st end
-  end
+-- that script's). pad is clock()'s extra TTL (ms).
+local function reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, pad)
+  local st = redis.call('HMGET', key, 'p', 's', 'c', 't', 'e', 'a', 'f', 'g')
   local paused = paused_for(now, st[1])
   local sh, ceil = share(st[2], st[3], st[4], now)
   pr = paced(pr, sh)
@@ -93,11 +85,6 @@ local function reserve_one(key, rl, pr, burst, n, guard, maxwait, reserve, now, 
   at, frac, gv, l = book(now, now + delay, delay, rl, pr, burst, n, at, frac, g, guarded, delay)
   r[5], r[6] = at, frac
   local life = renew(now, math.max(paused, l), ceil, st[5])
-  if memo then
-    st[6], st[7] = at, frac
-    if gv then st[8] = gv end
-    if life then st[5] = now + life end
-  end
   if life then
     if gv then
       redis.call('HSET', key, 'a', int(at), 'f', int(frac), 'g', gv, 'e', int(now + life))

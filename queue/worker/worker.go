@@ -349,7 +349,6 @@ func (w *Worker) start(ctx context.Context) (err error) {
 			d, ok := cfg.Downstreams[name]
 			return d, ok
 		},
-		DownstreamNames: slices.Sorted(maps.Keys(cfg.Downstreams)),
 		ShutdownTimeout: o.ShutdownTimeout,
 		Retention:       cfg.Queue.Retention,
 		Logger:          w.log,
