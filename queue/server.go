@@ -116,7 +116,7 @@ type Server struct {
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
 	runCtx       context.Context // Start's: ends at Shutdown
-	forget       *forgetter // the records of completed jobs (records.go)
+	forget       *forgetter      // the records of completed jobs (records.go)
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
