@@ -63,7 +63,7 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 					}
 					want[j.job.ID] = j.job
 				}
-				s, err := NewServer(client, &ServerConfig{Config: cfg, Retention: retention})
+				s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Retention: retention})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -36,7 +36,7 @@ func (s *Server) dispatchLoop(ctx context.Context, d *dispatcher) {
 	for ctx.Err() == nil {
 		// asynqmon and the Inspector see only the queues asynq lists, as
 		// its Client does on an enqueue.
-		if time.Since(published) > 10*time.Second {
+		if time.Since(published) > publishEvery {
 			if err := s.client.SAdd(ctx, "asynq:queues", d.keys.queue).Err(); err == nil {
 				published = time.Now()
 			}
@@ -47,7 +47,7 @@ func (s *Server) dispatchLoop(ctx context.Context, d *dispatcher) {
 				return
 			}
 			failures++
-			wait = min(time.Duration(failures)*100*time.Millisecond, 2*time.Second)
+			wait = min(time.Duration(failures)*claimRetryStep, claimRetryMax)
 			s.log.Warn("sluice: dispatcher", "queue", d.keys.queue, "err", err, "retry_in", wait)
 		} else {
 			failures = 0
@@ -77,16 +77,6 @@ const (
 	nextNow  = "now"  // claim again at once
 	nextFull = "full" // the prefetch is full: the workers' starts wake us
 )
-
-// idHold is how long a recorded id stays held at most once its job is
-// handed over: its worker ends the hold when the job starts or goes back
-// to the waiting room, well within it; a job that never reaches a worker
-// (deleted or archived in asynqmon, its worker dead) frees its id after
-// it (docs/queue.md, Job ids).
-const idHold = 30 * time.Second
-
-// claimBatch is the most jobs one claim hands over.
-const claimBatch = 64
 
 // claim hands a batch of d's shard's jobs to asynq. It returns how long
 // to wait before the next attempt (0: go on at once).
@@ -128,11 +118,6 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 		return 0, fmt.Errorf("sluice: claim: unknown reply %q", status)
 	}
 }
-
-// wakeSlack is how long after the next sleeping tenant's wake time the
-// dispatcher claims, so that one claim serves the tenants that wake
-// close together rather than one claim each.
-const wakeSlack = 10 * time.Millisecond
 
 // pollWait is how long a dispatcher waits before its next claim when the
 // claim found nothing more to take now: until the next sleeping tenant

@@ -233,7 +233,7 @@ func TestDuplicateIDDrained(t *testing.T) {
 			t.Fatalf("depth %d, want 5", st.Depth)
 		}
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Retention: time.Hour}, rec)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Retention: time.Hour}, rec)
 		empty := func() bool {
 			st, err := p.Stats(ctx)
 			td, err2 := p.TenantDepth(ctx, "a")
@@ -328,7 +328,7 @@ func TestDuplicateIDReusedWhileRunning(t *testing.T) {
 		// One worker and a prefetch of one: while the first job runs, the
 		// second is handed over and waits for the worker, and the third
 		// waits in the room.
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1}, HandlerFunc(func(ctx context.Context, j *Job) error {
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Prefetch: 1}, HandlerFunc(func(ctx context.Context, j *Job) error {
 			mu.Lock()
 			runs[string(j.Payload)]++
 			n := runs[string(j.Payload)]
@@ -502,7 +502,7 @@ func TestChosenIDsNotRecorded(t *testing.T) {
 			t.Fatalf("ids hash %v, %v; want only mine, once (chosen ids %q not recorded)", ids, err, chosen)
 		}
 		wantDuplicate(t, func() error { _, err := p.Enqueue(ctx, Job{ID: "mine", Tenant: "a", Type: "x"}); return err }(), cfg, "mine")
-		s, err := NewServer(client, &ServerConfig{Config: cfg})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -577,7 +577,7 @@ func TestIDsScopedByTenant(t *testing.T) {
 		type run struct{ tenant, payload, task string }
 		var mu sync.Mutex
 		var runs []run
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, HandlerFunc(func(ctx context.Context, j *Job) error {
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2}, HandlerFunc(func(ctx context.Context, j *Job) error {
 			task, _ := asynq.GetTaskID(ctx)
 			mu.Lock()
 			runs = append(runs, run{j.Tenant, string(j.Payload), task})
@@ -641,7 +641,7 @@ func TestIDHeldUntilStarted(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, ShutdownTimeout: 5 * time.Second,
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th, ShutdownTimeout: 5 * time.Second,
 			Downstreams: func(name string) (Downstream, bool) { return api, name == "api" }})
 		if err != nil {
 			t.Fatal(err)

@@ -80,7 +80,7 @@ func Example_customHandler() {
 		}
 	}
 
-	srv, err := queue.NewServer(rdb, &queue.ServerConfig{Config: cfg, Concurrency: 1})
+	srv, err := queue.NewServer(rdb, &queue.ServerConfig{Queue: "contacts", Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}

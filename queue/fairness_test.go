@@ -75,7 +75,7 @@ func TestFairnessBigBacklog(t *testing.T) {
 		return nil
 	})
 	const concurrency = 4
-	srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: concurrency}, h)
+	srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: concurrency}, h)
 	waitFor(t, 30*time.Second, "A's backlog to be draining", func() bool { mu.Lock(); defer mu.Unlock(); return aRuns >= 200 })
 
 	// A's jobs that start before B's first count from the moment B's job
@@ -173,7 +173,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 	defer th.Close()
 	lim := throttle.Limit{Name: "api", Rate: 10, MaxWait: time.Second}
 	ds := func(name string) (Downstream, bool) { return Downstream{Limit: lim, PerTenant: true}, name == "api" }
-	scfg := ServerConfig{Config: cfg, Concurrency: 4, Prefetch: 1000, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}
+	scfg := ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Prefetch: 1000, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}
 	d, err := NewServer(client, &scfg)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 
 	// A's quota is exhausted: its key is paused for 30s. Then A queues
 	// 1,000 jobs and B 20.
-	if _, err := th.Pause(ctx, d.ThrottleKey("api", "A", true), lim, 30*time.Second); err != nil {
+	if _, err := th.Pause(ctx, ThrottleKey(&Job{Downstream: "api", Tenant: "A"}, true), lim, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	fill(t, p, "A", 1000, "api")
@@ -203,7 +203,7 @@ func TestExhaustedTenantCostsNothing(t *testing.T) {
 		}
 		return nil
 	})
-	w := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, h)
+	w := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, h)
 	waitFor(t, 30*time.Second, "B's 20 jobs, and A asleep with its 1,000", func() bool {
 		st, err := p.Stats(ctx)
 		mu.Lock()
@@ -246,7 +246,7 @@ func TestMarkedKeySkipsEveryTenant(t *testing.T) {
 		}
 		fill(t, p, "first", 1, "api")
 		rec := newRecorder()
-		w := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, rec)
+		w := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th, Downstreams: ds, PollInterval: 10 * time.Millisecond}, rec)
 		waitFor(t, 30*time.Second, "the first job back in the waiting room", func() bool {
 			st, err := p.Stats(ctx)
 			return err == nil && st.Sleeping == 1 && st.Depth == 1 && st.HandedOver == 0
@@ -301,7 +301,7 @@ func TestClaimGoesOnPastEmptiedTenants(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 1000})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Prefetch: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func TestClaimTakesWeightedTurnsInOrder(t *testing.T) {
 				}
 			}
 		}
-		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 5})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Prefetch: 5})
 		if err != nil {
 			t.Fatal(err)
 		}

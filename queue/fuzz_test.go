@@ -493,7 +493,7 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 			got := map[string]int{}
 			done := make(chan struct{})
 			ran := 0
-			s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 8, PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
+			s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 8, PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 				Retention: time.Second})
 			if err != nil {
 				t.Fatal(err)

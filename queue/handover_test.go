@@ -141,7 +141,7 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 			t.Fatal(err)
 		}
 	}
-	s, err := NewServer(client, &ServerConfig{Config: cfg})
+	s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestClaimsHandOverBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 10, Metrics: m}, rec)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 10, Metrics: m}, rec)
 		waitFor(t, 30*time.Second, "600 jobs to run", func() bool { return rec.count() >= n })
 		waitFor(t, 5*time.Second, "depth 0", func() bool {
 			st, err := p.Stats(context.Background())
@@ -294,7 +294,7 @@ func TestStartHandsFirstBatchOver(t *testing.T) {
 		})
 		// Concurrency 2: a Prefetch of 6. Jobs block in their handler, so
 		// no more than 2 start and the dispatcher can add no more than 2.
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2}, h)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2}, h)
 		waiting, err := p.TenantDepth(context.Background(), "t")
 		t.Cleanup(func() { close(release) }) // before the Shutdown startServer registered
 		if err != nil {
@@ -404,7 +404,7 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 	if _, err := p.Enqueue(ctx, Job{ID: "after", Tenant: "a", Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	scfg := ServerConfig{Config: cfg, Concurrency: 2}
+	scfg := ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2}
 	if withThrottle {
 		th := testThrottle(t, client, nil)
 		scfg.Throttle = th
@@ -472,7 +472,7 @@ func TestPutBackJobRunsAgain(t *testing.T) {
 			}
 			return nil
 		}
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, rec)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second}, rec)
 		waitFor(t, 10*time.Second, "both jobs to run", func() bool {
 			rec.mu.Lock()
 			defer rec.mu.Unlock()

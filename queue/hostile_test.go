@@ -80,7 +80,7 @@ func TestHostileTenantSlowsNobody(t *testing.T) {
 			return nil
 		})
 		const concurrency = 4
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: concurrency, Throttle: th,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: concurrency, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return api, name == "api" }}, h)
 		waitFor(t, 60*time.Second, "mallory's backlog to be draining", func() bool { mu.Lock(); defer mu.Unlock(); return malloryRuns >= 20 })
 		mu.Lock()

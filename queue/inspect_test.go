@@ -134,7 +134,7 @@ func TestInspectorFindsListsAndEdits(t *testing.T) {
 		}
 
 		// Hand the first jobs over: asynq's now.
-		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 2})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, clock: cfg.clock, Concurrency: 1, Prefetch: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func TestInspectorForgetsCompletedJobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		done := make(chan string, 10)
-		startServer(t, client, ServerConfig{Config: cfg}, HandlerFunc(func(ctx context.Context, j *Job) error {
+		startServer(t, client, ServerConfig{Queue: cfg.Queue}, HandlerFunc(func(ctx context.Context, j *Job) error {
 			if j.ID == "later" && j.moves == 0 {
 				return Reschedule(time.Hour, "not yet")
 			}

@@ -51,7 +51,7 @@ func TestEntryHeaderReadByName(t *testing.T) {
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		s, err := NewServer(client, &ServerConfig{Config: cfg})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -114,10 +114,9 @@ type Job struct {
 	// while it waits, and its id is held while it is handed over until it
 	// starts. holding: this run of the job holds it still.
 	idRecorded, holding bool
-	// shard is the asynq queue of the tenant's shard, and tenantEnc the
-	// encoded tenant, which name a per-tenant throttle key (ThrottleKey).
-	// Set by the server when it runs the job.
-	shard, tenantEnc string
+	// tenantEnc is the encoded tenant, set by the server when it runs
+	// the job.
+	tenantEnc string
 	// trace is the W3C traceparent of the job's enqueue span ("": not
 	// traced; trace.go).
 	trace string

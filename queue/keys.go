@@ -194,30 +194,29 @@ func checkShards(ctx context.Context, client redis.UniversalClient, prefix, queu
 	return nil
 }
 
-// place records the tenant's shard and encoded id on a job, which name
-// its per-tenant throttle key (ThrottleKey).
+// place records the encoded tenant on a job the server runs.
 func (s shards) place(job *Job) {
-	if k, enc, _, err := s.tenant(job.Tenant); err == nil {
-		job.shard, job.tenantEnc = k.queue, enc
+	if _, enc, _, err := s.tenant(job.Tenant); err == nil {
+		job.tenantEnc = enc
 	}
 }
 
-// throttleKey is ThrottleKey of a job of the tenant on the downstream.
-func (s shards) throttleKey(downstream, tenant string, perTenant bool) string {
-	job := &Job{Downstream: downstream, Tenant: tenant}
-	s.place(job)
-	return ThrottleKey(job, perTenant)
-}
-
-// ThrottleKey returns the throttle key of the tenant's calls to the
-// downstream: the one ThrottleKey gives for such a job run by s.
-func (s *Server) ThrottleKey(downstream, tenant string, perTenant bool) string {
-	return s.shards.throttleKey(downstream, tenant, perTenant)
-}
-
-// ThrottleKey returns the throttle key of the tenant's calls to the
-// downstream: the one ThrottleKey gives for such a job run by a server of
-// the producer's queue (to pause a tenant's key, or read its state).
-func (p *Producer) ThrottleKey(downstream, tenant string, perTenant bool) string {
-	return p.shards.throttleKey(downstream, tenant, perTenant)
+// ThrottleKey returns the throttle key a job's slots are taken from: its
+// downstream's name for a shared bucket, or for a per-tenant quota the
+// downstream's name, "/" and the tenant encoded as in key names
+// (package keyspace; acme's key on shopify is "shopify/=acme"). The
+// throttle makes its Redis key names from it, each in a hash slot of
+// its own. It is the queue's one name of a key: the marks of keys
+// full (docs/queue.md, The dispatcher) use it, and handlers that pause
+// the downstream after a 429 pause this key. A Job made by hand names
+// the same key as one a server runs.
+func ThrottleKey(job *Job, perTenant bool) string {
+	if !perTenant {
+		return job.Downstream
+	}
+	enc, err := keyspace.Encode(job.Tenant)
+	if err != nil { // an empty tenant, which no Producer accepts
+		return job.Downstream + "/"
+	}
+	return job.Downstream + "/" + enc
 }

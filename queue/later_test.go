@@ -93,7 +93,7 @@ func TestJobsForLater(t *testing.T) {
 			t.Fatalf("a's fourth job: %v; want its tenant bound of 3 to refuse it", err)
 		}
 
-		s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 100})
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Prefetch: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestJobsForLaterNeverEarly(t *testing.T) {
 			late[j.ID] = time.Since(due[j.ID])
 			return nil
 		})
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4}, h)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4}, h)
 		waitFor(t, 30*time.Second, "every job for later to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(late) == n })
 		mu.Lock()
 		defer mu.Unlock()

@@ -78,7 +78,7 @@ func runCapped(t *testing.T, client redis.UniversalClient, n int, fault func(*do
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { th.Close() })
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }},
 			handlerFunc(callAPI(th, d, api.URL())))
 	}
@@ -143,7 +143,7 @@ func TestLeaseNotHeldWhileWaitingForSlot(t *testing.T) {
 			}
 		}
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 		// While the pause lasts no call may start; every lease held then
 		// is held by a job asleep for its slot.
@@ -219,7 +219,7 @@ func TestCappedDownstreamDoesNotStarveOthers(t *testing.T) {
 			}
 			return nil
 		})
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 8, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 8, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { d, ok := downs[name]; return d, ok }}, h)
 		waitFor(t, 30*time.Second, "a's call", func() bool { return aIn.Load() == 1 })
 		// b's first second, before the window: the dispatcher's start.
@@ -290,7 +290,7 @@ func TestLeaseWakePassesOverTenantAwake(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := newRecorder()
-		srv, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+		srv, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})
 		if err != nil {
 			t.Fatal(err)

@@ -59,7 +59,7 @@ func TestNumbersAsynqCannotHoldAreRefusedOrRoundedUp(t *testing.T) {
 						retry   int
 					}{s.asynq, retry}
 				}
-				s, err := NewServer(client, &ServerConfig{Config: cfg})
+				s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -80,7 +80,7 @@ func TestBoundIsExact(t *testing.T) {
 		// asynq's Inspector counts the same 1,000.
 		release := make(chan struct{})
 		defer close(release)
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Prefetch: 2000},
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Prefetch: 2000},
 			HandlerFunc(func(ctx context.Context, j *Job) error { <-release; return nil }))
 		ins := asynq.NewInspectorFromRedisClient(client)
 		waitFor(t, 30*time.Second, "asynq to hold the 1,000 jobs", func() bool {
@@ -266,7 +266,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		// One worker: with more, jobs of one tenant start in order but may
 		// overlap, and the order they reach the handler is a race.
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1}, rec)
 		waitFor(t, 20*time.Second, "60 jobs to run", func() bool { return rec.count() >= 60 })
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -310,7 +310,7 @@ func TestThrottledJobsSpendNoRetry(t *testing.T) {
 		th := testThrottle(t, client, nil)
 		lim := throttle.Limit{Rate: 20, MaxWait: 60 * time.Millisecond}
 		rec := newRecorder()
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 6, Throttle: th,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 6, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return Downstream{Limit: lim}, name == "api" }}, rec)
 		waitFor(t, 20*time.Second, "12 jobs to run", func() bool { return rec.count() >= 12 })
 		rec.mu.Lock()

@@ -50,10 +50,7 @@ func newForgetter(client redis.UniversalClient, sh shards) *forgetter {
 func (f *forgetter) add(job *Job) {
 	i := 0
 	if len(f.shards) > 1 {
-		i = f.shards.index(job.shard)
-		if i < 0 {
-			return
-		}
+		i = f.shards.index(f.shards.of(job.tenantEnc).queue)
 	}
 	f.mu.Lock()
 	f.due[i] = append(f.due[i], job.ScopedID(), job.taskID())

@@ -135,7 +135,7 @@ func TestRedisFullRefusedThenDrained(t *testing.T) {
 
 	// The workers drain everything that was accepted, at once.
 	rec := newRecorder()
-	startServer(t, client, ServerConfig{Config: cfg, Concurrency: 8, Prefetch: 200}, rec)
+	startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 8, Prefetch: 200}, rec)
 	waitFor(t, 3*time.Minute, fmt.Sprintf("%d jobs to run", len(accepted)), func() bool { return rec.count() >= len(accepted) })
 	rec.mu.Lock()
 	for id := range accepted {

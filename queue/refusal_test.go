@@ -55,7 +55,7 @@ func TestRefusedJobEnds(t *testing.T) {
 					rec.mu.Unlock()
 					return Refused(10*time.Millisecond, "HTTP 429 from api.example")
 				}
-				srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Metrics: metrics,
+				srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th, Metrics: metrics,
 					Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 				ins := asynq.NewInspectorFromRedisClient(client)
 				var archived []*asynq.TaskInfo

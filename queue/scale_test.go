@@ -200,7 +200,7 @@ func TestManyTenants(t *testing.T) {
 	var servers []*queue.Server
 	startServers := func() {
 		for range 4 {
-			s, err := queue.NewServer(c, &queue.ServerConfig{Config: cfg, Concurrency: 16, Prefetch: 256,
+			s, err := queue.NewServer(c, &queue.ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, Concurrency: 16, Prefetch: 256,
 				Throttle: th, Downstreams: func(name string) (queue.Downstream, bool) { return shop, name == "shop" },
 				Retention: time.Second, PollInterval: 5 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
 			if err != nil {

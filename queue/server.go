@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"sync"
-
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
-	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/scripts"
 	"github.com/sluicehq/sluice/throttle"
 )
@@ -59,10 +58,16 @@ type Downstream struct {
 // its Retry-After: the bound caps what one such job costs everyone.
 const DefaultMaxRefusals = 10
 
-// ServerConfig configures a Server.
+// ServerConfig configures a Server. Its zero value runs the waiting room
+// that a Producer of the zero Config fills, with the defaults below.
 type ServerConfig struct {
-	// Config names the waiting room (Queue, Prefix).
-	Config
+	// Queue, Prefix and Shards name the waiting room the server drains:
+	// the values of the producers' Config (default "default",
+	// DefaultPrefix and 1). A Shards other than the one the queue was
+	// created with is refused at Start (ErrShardsChanged).
+	Queue  string
+	Prefix string
+	Shards int
 	// Concurrency is the number of jobs this process runs at once;
 	// default 10.
 	Concurrency int
@@ -89,8 +94,23 @@ type ServerConfig struct {
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces each run of a job under its
+	// enqueue's span (trace.go); nil: no traces.
+	TracerProvider trace.TracerProvider
 	// Metrics; nil for none.
 	Metrics *Metrics
+
+	// clock, when set, replaces the Redis server's clock in the scripts.
+	// Only this package's tests set it.
+	clock func() time.Time
+}
+
+func (c *ServerConfig) now() string { return (&Config{clock: c.clock}).now() }
+
+// room returns the Config of the waiting room the server drains, for
+// what a server shares with its producers (the keys, Stats).
+func (c *ServerConfig) room() Config {
+	return Config{Queue: c.Queue, Prefix: c.Prefix, Shards: c.Shards, Bound: math.MaxInt64, clock: c.clock}
 }
 
 // Server runs jobs: asynq's server, the dispatcher that feeds it from the
@@ -115,19 +135,15 @@ type Server struct {
 	// every concurrency lease held; a release heard wakes it sooner.
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
-	runCtx       context.Context // Start's: ends at Shutdown
 	forget       *forgetter      // the records of completed jobs (records.go)
+	runCtx       context.Context // Start's: ends at Shutdown
 }
 
 // takers is how many asynq servers a Server runs for a concurrency: one
-// for every 8 goroutines, at most 8, each with its share. asynq's
-// processor takes its tasks one at a time, one Redis round trip each, so
-// one server caps a process at one task a round trip whatever its
-// concurrency: in the scale benchmark (bench/cmd/scale, nolimit10k: 4
-// processes × 32) a server a process delivered 5,300-5,400 jobs a second
-// and four a process 6,800-8,500 (docs/queue.md, Hand-over).
+// for every takerShare goroutines, at most maxTakers, each with its
+// share.
 func takers(concurrency int) int {
-	return max(1, min(8, (concurrency+7)/8))
+	return max(1, min(maxTakers, (concurrency+takerShare-1)/takerShare))
 }
 
 // errNotFailure marks errors that are not the job's fault (Redis
@@ -143,10 +159,11 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	if opts != nil {
 		cfg = *opts
 	}
-	cfg.Bound = cmp.Or(cfg.Bound, 1) // the bound is the producers' business; the server does not check it
-	if err := cfg.Config.fill(); err != nil {
+	room := cfg.room()
+	if err := room.fill(); err != nil {
 		return nil, err
 	}
+	cfg.Queue, cfg.Prefix, cfg.Shards = room.Queue, room.Prefix, room.Shards
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, 10)
 	if cfg.Concurrency < 0 {
 		return nil, fmt.Errorf("sluice: Concurrency must be positive, got %d", cfg.Concurrency)
@@ -158,7 +175,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		return nil, fmt.Errorf("sluice: Retention must not be negative, got %v", cfg.Retention)
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
-		fullRecheck: 4 * cfg.PollInterval, leaseRecheck: time.Second,
+		fullRecheck: fullRecheckPolls * cfg.PollInterval, leaseRecheck: leaseRecheck,
 		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	s.forget = newForgetter(client, s.shards)
 	queues := map[string]int{}
@@ -261,144 +278,155 @@ func (s *Server) Shutdown() {
 	s.forget.flush(context.Background())
 }
 
-// throttleFor returns the throttle key and settings for job, if it names
-// a downstream the server knows and the server has a throttle.
-func (s *Server) throttleFor(job *Job) (string, Downstream, bool) {
-	d, ok := Downstream{}, false
-	if job.Downstream != "" && s.cfg.Throttle != nil && s.cfg.Downstreams != nil {
-		d, ok = s.cfg.Downstreams(job.Downstream)
-	}
-	d.Limit.Name = cmp.Or(d.Limit.Name, job.Downstream)
-	return ThrottleKey(job, d.PerTenant), d, ok
+// run is one asynq task of a job, as process takes it through its steps.
+type run struct {
+	t     *asynq.Task
+	job   *Job
+	tries int  // asynq's retry count: the failed runs of this hand-over
+	first bool // the first run of this hand-over
+	// key and d are the job's throttle key (ThrottleKey) and downstream;
+	// paced: the server paces it (a Throttle, and d known).
+	key   string
+	d     Downstream
+	paced bool
+	lease *throttle.Lease // held while the handler runs, if d has Concurrency
 }
 
-// ThrottleKey returns the throttle key a job's slots are taken from: its
-// downstream's name, or for a per-tenant quota of a job the server runs,
-// "{" + its tenant's shard's asynq queue + "}" + the downstream's name +
-// "/" + the encoded tenant, a key in the hash slot of the tenant's shard,
-// where the claim books its slots (docs/throttle.md, Slots booked by the
-// claim). Handlers that pause the downstream after a 429 pause this key.
-// For a job the server did not run, ask the server (Server.ThrottleKey).
-func ThrottleKey(job *Job, perTenant bool) string {
-	if !perTenant {
-		return job.Downstream
-	}
-	if job.shard != "" {
-		if k := "{" + job.shard + "}" + job.Downstream + "/" + job.tenantEnc; keyspace.Tagged(k) {
-			return k
-		}
-	}
-	return job.Downstream + "/" + job.Tenant
-}
-
-// process runs one asynq task: throttle, start, handler.
+// process runs one asynq task: open it, pace it (slot, lease), start
+// it, run the handler, and map what the handler returned to the job's
+// fate.
 func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) (err error) {
-	n, _ := asynq.GetRetryCount(ctx)
-	first := n == 0 // the first run of this hand-over
-	if first {
+	r, err := s.open(ctx, t)
+	if err != nil {
+		return err
+	}
+	if s.cfg.TracerProvider != nil && r.job.trace != "" {
+		var end func(error)
+		ctx, end = s.traceRun(ctx, r)
+		defer func() { end(err) }()
+	}
+	ctx, ready, err := s.pace(ctx, r)
+	if r.lease != nil {
+		defer r.lease.Release(context.WithoutCancel(ctx))
+	}
+	if !ready {
+		return err // put back (nil), or a failure
+	}
+	if err := s.start(ctx, r); err != nil {
+		return err
+	}
+	callCtx, call := childSpan(ctx, "sluice.call", trace.WithSpanKind(trace.SpanKindClient))
+	herr := leaseLost(ctx, h.ProcessJob(callCtx, r.job))
+	endSpan(call, herr)
+	if herr == nil {
+		s.forget.add(r.job)
+	}
+	return s.outcome(ctx, r, herr)
+}
+
+// open decodes a task's job and finds its downstream. The first run of a
+// hand-over holds the job's recorded id until the job starts or goes
+// back to the waiting room (release, putBack).
+func (s *Server) open(ctx context.Context, t *asynq.Task) (*run, error) {
+	r := &run{t: t}
+	r.tries, _ = asynq.GetRetryCount(ctx)
+	r.first = r.tries == 0
+	if r.first {
 		s.left(ctx)
 	}
 	job, err := decodeJob(t.Payload())
 	if err != nil {
-		return fmt.Errorf("%w: %v", asynq.SkipRetry, err)
+		return nil, fmt.Errorf("%w: %v", asynq.SkipRetry, err)
 	}
-	job.retried += n
+	job.retried += r.tries
 	s.shards.place(job)
-	if s.cfg.TracerProvider != nil && job.trace != "" {
-		// The run's span, under the job's enqueue span: from the enqueue
-		// for the job's first run, with its wait in the waiting room.
-		var jobSpan trace.Span
-		started := time.Now()
-		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(jobAttrs(job, s.cfg.Queue)...),
-			trace.WithAttributes(attribute.Int("sluice.job.moves", job.moves), attribute.Int("sluice.job.retried", job.retried))}
-		fromEnqueue := first && job.moves == 0 && job.retried == 0 && !job.enqueuedAt.IsZero() && job.enqueuedAt.Before(started)
-		if fromEnqueue {
-			opts = append(opts, trace.WithTimestamp(job.enqueuedAt))
+	job.holding = r.first && job.idRecorded
+	r.job = job
+	if job.Downstream != "" && s.cfg.Throttle != nil {
+		if s.cfg.Downstreams != nil {
+			r.d, r.paced = s.cfg.Downstreams(job.Downstream)
 		}
-		ctx, jobSpan = tracer(s.cfg.TracerProvider).Start(withTraceparent(ctx, job.trace), "sluice.job", opts...)
-		if fromEnqueue {
-			span(ctx, "sluice.waiting_room", latest(job.enqueuedAt, job.RunAt), started)
-		}
-		defer func() {
-			var re *RescheduleError
-			var far *throttle.TooFarError
-			var busy *throttle.BusyError
-			if err == nil || errors.As(err, &re) || errors.As(err, &far) || errors.As(err, &busy) {
-				endSpan(jobSpan, nil)
-				return
-			}
-			endSpan(jobSpan, err)
-		}()
-	}
-	// The first run of a hand-over holds the job's recorded id until the
-	// job starts or goes back to the waiting room (release, putBack).
-	job.holding = first && job.idRecorded
-	key, d, ok := s.throttleFor(job)
-	if !ok && job.Downstream != "" && s.cfg.Throttle != nil {
-		s.release(ctx, job)
-		return fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
-	}
-	if ok {
-		_, slotSpan := childSpan(ctx, "sluice.slot")
-		defer slotSpan.End() // a no-op once ended below
-		r, err := s.cfg.Throttle.Wait(ctx, key, horizon(d.Limit), job.units())
-		var far *throttle.TooFarError
-		if errors.As(err, &far) {
-			s.metrics.putBack.WithLabelValues(d.Limit.Name).Inc()
-			return s.putBack(ctx, t, job, far.RetryAfter, tooFar(job, far.Paused), mark(job, d), false)
-		}
-		if err != nil {
-			if neverFits(err) {
-				s.release(ctx, job)
-			}
-			return s.throttleError(job, err)
-		}
-		slotSpan.SetAttributes(attribute.Int64("sluice.slot.delay_us", r.Delay.Microseconds()))
-		slotSpan.End()
-		ctx = WithReservation(ctx, s.cfg.Throttle, r) // for Reservation, Settle
-		if d.Concurrency != nil {
-			// The lease is taken once the slot is due, so that a job asleep
-			// for its slot or a pause holds none; it is kept (extended)
-			// while the handler runs, and given back when it returns.
-			s.leaseWaits.watch(s, key) // a release after a refusal is not missed
-			asked := time.Now()
-			_, leaseSpan := childSpan(ctx, "sluice.lease")
-			lease, err := s.cfg.Throttle.Acquire(ctx, key, *d.Concurrency)
-			endSpan(leaseSpan, err)
-			if err != nil {
-				s.cancelSlot(ctx, r)
-			}
-			var busy *throttle.BusyError
-			if errors.As(err, &busy) {
-				return s.leaseBusy(ctx, t, job, key, asked)
-			}
-			if err != nil {
-				if neverFits(err) {
-					s.release(ctx, job)
-				}
-				return s.throttleError(job, err)
-			}
-			ctx = lease.Keep(ctx)
-			defer lease.Release(context.WithoutCancel(ctx))
+		if !r.paced {
+			s.release(ctx, job)
+			return nil, fmt.Errorf("%w: job %s names unknown downstream %q", asynq.SkipRetry, job.ID, job.Downstream)
 		}
 	}
+	r.d.Limit.Name = cmp.Or(r.d.Limit.Name, job.Downstream)
+	r.key = ThrottleKey(job, r.d.PerTenant)
+	return r, nil
+}
+
+// pace takes the job's throttle slot (within handOverHorizon) and, for a
+// downstream with Concurrency, a lease, kept (extended) while the
+// handler runs. The lease is taken once the slot is due, so that a job
+// asleep for its slot or a pause holds none. ready is false when the
+// job must not call now: err is then nil for a job put back in the
+// waiting room, else its failure.
+func (s *Server) pace(ctx context.Context, r *run) (_ context.Context, ready bool, _ error) {
+	if !r.paced {
+		return ctx, true, nil
+	}
+	job := r.job
+	_, slotSpan := childSpan(ctx, "sluice.slot")
+	slot, err := s.cfg.Throttle.Wait(ctx, r.key, horizon(r.d.Limit), job.units())
+	slotSpan.SetAttributes(attribute.Int64("sluice.slot.delay_us", slot.Delay.Microseconds()))
+	endSpan(slotSpan, err)
+	var far *throttle.TooFarError
+	if errors.As(err, &far) {
+		s.metrics.putBack.WithLabelValues(r.d.Limit.Name).Inc()
+		return ctx, false, s.putBack(ctx, r.t, job, far.RetryAfter, tooFar(job, far.Paused), r.key, false)
+	}
+	if err != nil {
+		return ctx, false, s.throttleError(ctx, job, err)
+	}
+	ctx = WithReservation(ctx, s.cfg.Throttle, slot) // for Reservation, Settle
+	if r.d.Concurrency == nil {
+		return ctx, true, nil
+	}
+	s.leaseWaits.watch(s, r.key) // a release after a refusal is not missed
+	asked := time.Now()
+	_, leaseSpan := childSpan(ctx, "sluice.lease")
+	lease, err := s.cfg.Throttle.Acquire(ctx, r.key, *r.d.Concurrency)
+	endSpan(leaseSpan, err)
+	var busy *throttle.BusyError
+	switch {
+	case errors.As(err, &busy):
+		s.cancelSlot(ctx, slot)
+		return ctx, false, s.leaseBusy(ctx, r.t, job, r.key, asked)
+	case err != nil:
+		s.cancelSlot(ctx, slot)
+		return ctx, false, s.throttleError(ctx, job, err)
+	}
+	r.lease = lease
+	return lease.Keep(ctx), true, nil
+}
+
+// start ends the hold of the job's id and counts its start.
+func (s *Server) start(ctx context.Context, r *run) error {
+	job := r.job
 	if err := s.release(ctx, job); err != nil {
-		if r, booked := Reservation(ctx); booked {
-			s.cancelSlot(ctx, r)
+		if slot, booked := Reservation(ctx); booked {
+			s.cancelSlot(ctx, slot)
 		}
 		return fmt.Errorf("%w: ending the hold of job %s's id: %v", errNotFailure, job.ID, err)
 	}
-	if first {
+	if r.first {
 		s.metrics.starts.Inc()
 		// A job for later waits from when it is due.
 		s.metrics.waitStart.WithLabelValues(job.Class()).Observe(time.Since(latest(job.enqueuedAt, job.RunAt)).Seconds())
 	}
-	callCtx, callSpan := childSpan(ctx, "sluice.call", trace.WithSpanKind(trace.SpanKindClient))
-	err = leaseLost(ctx, h.ProcessJob(callCtx, job))
-	endSpan(callSpan, err)
+	return nil
+}
+
+// outcome maps the handler's err to the job's fate: back to the waiting
+// room without spending a retry (Reschedule, Refused, the throttle's own
+// "not now"), archived (Permanent, the last retry, refused too often), or
+// asynq's retry.
+func (s *Server) outcome(ctx context.Context, r *run, err error) error {
+	job := r.job
 	var re *RescheduleError
 	if errors.As(err, &re) {
-		if re.Refused && s.refusedTooOften(job, d) {
+		if re.Refused && s.refusedTooOften(job, r.d) {
 			return Permanent(fmt.Errorf("%w: job %s of tenant %.64q: downstream %q refused it %d times (max_refusals); the last: %s",
 				ErrRefusedTooOften, job.ID, job.Tenant, job.Downstream, job.refused, re.Reason))
 		}
@@ -407,25 +435,20 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) (err err
 			// The fleet is paused on the key. A job refused again
 			// waits alone (downstream.WithOwnPause), so that one call
 			// that is always refused costs the others one pause.
-			m = mark(job, d)
+			m = r.key
 		}
-		return s.putBack(ctx, t, job, re.After, "rescheduled: "+re.Reason, m, false)
+		return s.putBack(ctx, r.t, job, re.After, "rescheduled: "+re.Reason, m, false)
 	}
-	// A handler that paces its own calls says "not now" with the
-	// throttle's own errors: back to the waiting room, no retry spent.
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
-		return s.putBack(ctx, t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "", false)
+		return s.putBack(ctx, r.t, job, far.RetryAfter, "handler: "+tooFar(job, far.Paused), "", false)
 	}
 	var busy *throttle.BusyError
 	if errors.As(err, &busy) {
-		return s.putBack(ctx, t, job, min(max(busy.RetryAfter, time.Millisecond), time.Second), "handler: every concurrency lease of "+busy.Key+" is held", "", true)
+		return s.putBack(ctx, r.t, job, min(max(busy.RetryAfter, time.Millisecond), leaseRecheck), "handler: every concurrency lease of "+busy.Key+" is held", "", true)
 	}
-	if m, _ := asynq.GetMaxRetry(ctx); err != nil && n >= m-1 && !errors.Is(err, errNotFailure) {
+	if m, _ := asynq.GetMaxRetry(ctx); err != nil && r.tries >= m-1 && !errors.Is(err, errNotFailure) {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
-	}
-	if err == nil {
-		s.forget.add(job)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
 }
@@ -506,10 +529,12 @@ func leaseLost(ctx context.Context, err error) error {
 }
 
 // throttleError maps an error of the throttle to the job's fate: a job
-// that no slot will ever hold is archived at once; anything else (Redis
-// unreachable, shutting down) is retried without counting a failure.
-func (s *Server) throttleError(job *Job, err error) error {
+// that no slot will ever hold is archived at once (its id's hold ended);
+// anything else (Redis unreachable, shutting down) is retried without
+// counting a failure.
+func (s *Server) throttleError(ctx context.Context, job *Job, err error) error {
 	if neverFits(err) {
+		s.release(ctx, job)
 		return fmt.Errorf("%w: job %s of tenant %.64q: downstream %q: %v", asynq.SkipRetry, job.ID, job.Tenant, job.Downstream, err)
 	}
 	return fmt.Errorf("%w: %v", errNotFailure, err)
@@ -541,12 +566,6 @@ func (s *Server) left(ctx context.Context) {
 	}
 }
 
-// handOverHorizon is the furthest slot a worker books for a job of the
-// queue (when its downstream's max_wait allows that long): a job whose
-// slot is further away goes back to the waiting room, so that no worker
-// sleeps long for a slot while other tenants' jobs wait.
-const handOverHorizon = time.Second
-
 // horizon is lim with its wait cut to handOverHorizon.
 func horizon(lim throttle.Limit) throttle.Limit {
 	if lim.WaitLimit() > handOverHorizon {
@@ -555,20 +574,9 @@ func horizon(lim throttle.Limit) throttle.Limit {
 	return lim
 }
 
-// mark is the name under which a put-back marks job's throttle key full
-// in the waiting room (queue_claim.lua): the downstream's name for a
-// shared bucket, with "/" and the encoded tenant for a tenant's own.
-func mark(job *Job, d Downstream) string {
-	if !d.PerTenant {
-		return job.Downstream
-	}
-	enc, _ := keyspace.Encode(job.Tenant) // decodeJob refused an empty tenant
-	return job.Downstream + "/" + enc
-}
-
 // putBack returns job to the head of its tenant's list, its tenant asleep
 // for d, and completes the asynq task with a result that says why. A mark
-// (see mark; "" for none) tells the claims to hand over no job of that
+// (ThrottleKey; "" for none) tells the claims to hand over no job of that
 // throttle key for d, whatever its tenant. A tenant asleep already keeps
 // the later of its two wake times, or with sooner (a put-back for a
 // lease, which a release wakes) the sooner: a release that woke it while
@@ -604,14 +612,14 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 	return nil
 }
 
-// sampleLoop refreshes the backlog gauge every 10 seconds (one small
+// sampleLoop refreshes the backlog gauge every backlogSampleEvery (one small
 // pipeline: a hash with one field per tenant class).
 func (s *Server) sampleLoop(ctx context.Context) {
 	if s.cfg.Metrics == nil {
 		return
 	}
-	p := &Producer{client: s.client, cfg: s.cfg.Config, shards: s.shards}
-	tick := time.NewTicker(10 * time.Second)
+	p := &Producer{client: s.client, cfg: s.cfg.room(), shards: s.shards}
+	tick := time.NewTicker(backlogSampleEvery)
 	defer tick.Stop()
 	for {
 		if st, err := p.Stats(ctx); err == nil {

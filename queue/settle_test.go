@@ -44,7 +44,7 @@ func TestHandlerSettlesItsSlot(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return Downstream{Name: "api", Limit: lim}, name == "api" }}, h)
 		waitFor(t, 20*time.Second, "2 jobs to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(booked) == 2 })
 		mu.Lock()

@@ -74,7 +74,7 @@ func TestShardsKeepTheBound(t *testing.T) {
 			runs[j.ID]++
 			return nil
 		})
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 4}, h)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4}, h)
 		waitFor(t, 30*time.Second, "the 20 jobs", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
@@ -116,7 +116,7 @@ func TestShardCountIsFixed(t *testing.T) {
 		if _, err := p2.Enqueue(ctx, Job{Tenant: "a", Type: "x"}); !errors.Is(err, ErrShardsChanged) {
 			t.Fatalf("enqueue with 2 shards to a queue of 3: %v; want ErrShardsChanged", err)
 		}
-		s, err := NewServer(client, &ServerConfig{Config: other})
+		s, err := NewServer(client, &ServerConfig{Queue: other.Queue, Prefix: other.Prefix, Shards: other.Shards, clock: other.clock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -54,7 +54,7 @@ func TestConcurrencyCapDoesNotStall(t *testing.T) {
 			rec.mu.Unlock()
 			return nil
 		}
-		srv, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 4, Throttle: th, PollInterval: 10 * time.Millisecond,
+		srv, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Throttle: th, PollInterval: 10 * time.Millisecond,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})
 		if err != nil {
 			t.Fatal(err)
@@ -104,7 +104,7 @@ func TestPoisonJobArchivedOthersFlow(t *testing.T) {
 		th := testThrottle(t, client, nil)
 		d := Downstream{Limit: throttle.Limit{Rate: 1000, Burst: 1}}
 		rec := newRecorder()
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 		waitFor(t, 30*time.Second, "the good tenant's jobs to run", func() bool { return rec.count() >= n })
 		ins := asynq.NewInspectorFromRedisClient(client)
@@ -199,7 +199,7 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 		client.AddHook(hook)
 		d := Downstream{Limit: throttle.Limit{Rate: 2000}}
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 10, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 10, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 		waitFor(t, 60*time.Second, "the jobs to run", func() bool { return rec.count() >= n })
 		per := float64(hook.calls.Load()) / n
@@ -229,7 +229,7 @@ func TestSleepersSayWhy(t *testing.T) {
 			}
 		}
 		rec := newRecorder()
-		startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) {
 				switch name {
 				case "paused":
@@ -282,7 +282,7 @@ func TestSharedPrefetchWakesEveryProcess(t *testing.T) {
 		}
 		rec := newRecorder()
 		for range 2 {
-			s, err := NewServer(client, &ServerConfig{Config: cfg, Concurrency: 4, Prefetch: 8,
+			s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 4, Prefetch: 8,
 				PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)

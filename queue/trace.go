@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -9,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluicehq/sluice/throttle"
 )
 
 // Traces (OpenTelemetry), off unless Config.TracerProvider is set. A job
@@ -95,4 +98,32 @@ func jobAttrs(job *Job, queue string) []attribute.KeyValue {
 func span(ctx context.Context, name string, start, end time.Time) {
 	_, s := childSpan(ctx, name, trace.WithTimestamp(start))
 	s.End(trace.WithTimestamp(end))
+}
+
+// traceRun starts the span of a run of r's job under its enqueue's span
+// (from the enqueue for the job's first run, with its wait in the
+// waiting room), and returns the function that ends it with the run's
+// error: a job put back or rescheduled ends it without an error.
+func (s *Server) traceRun(ctx context.Context, r *run) (context.Context, func(error)) {
+	job := r.job
+	started := time.Now()
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(jobAttrs(job, s.cfg.Queue)...),
+		trace.WithAttributes(attribute.Int("sluice.job.moves", job.moves), attribute.Int("sluice.job.retried", job.retried))}
+	fromEnqueue := r.first && job.moves == 0 && job.retried == 0 && !job.enqueuedAt.IsZero() && job.enqueuedAt.Before(started)
+	if fromEnqueue {
+		opts = append(opts, trace.WithTimestamp(job.enqueuedAt))
+	}
+	ctx, run := tracer(s.cfg.TracerProvider).Start(withTraceparent(ctx, job.trace), "sluice.job", opts...)
+	if fromEnqueue {
+		span(ctx, "sluice.waiting_room", latest(job.enqueuedAt, job.RunAt), started)
+	}
+	return ctx, func(err error) {
+		var re *RescheduleError
+		var far *throttle.TooFarError
+		var busy *throttle.BusyError
+		if errors.As(err, &re) || errors.As(err, &far) || errors.As(err, &busy) {
+			err = nil
+		}
+		endSpan(run, err)
+	}
 }

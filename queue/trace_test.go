@@ -37,7 +37,7 @@ func TestTraceSpanTree(t *testing.T) {
 		th := testThrottle(t, client, nil)
 		d := Downstream{Name: "api", Limit: throttle.Limit{Rate: 100, Per: time.Second}, Concurrency: &throttle.Concurrency{Max: 2}}
 		sent := make(chan http.Header, 1)
-		startServer(t, client, ServerConfig{Config: cfg, Throttle: th,
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, TracerProvider: tp, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }},
 			HandlerFunc(func(ctx context.Context, j *Job) error {
 				h := http.Header{}

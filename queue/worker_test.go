@@ -38,7 +38,7 @@ func TestWorkerUnknownDownstream(t *testing.T) {
 		th := testThrottle(t, client, nil)
 		d := Downstream{Limit: throttle.Limit{Rate: 1000}}
 		rec := newRecorder()
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 		ins := asynq.NewInspectorFromRedisClient(client)
 		waitFor(t, 30*time.Second, "the known jobs to run and the unknown one to fail", func() bool {
@@ -80,7 +80,7 @@ func TestWorkerLeaseBusyPutsBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec := newRecorder()
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th, Retention: time.Hour,
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th, Retention: time.Hour,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 		ins := asynq.NewInspectorFromRedisClient(client)
 		var asleep []Sleeper
@@ -172,7 +172,7 @@ func throttleDownNotAFailure(t *testing.T, client redis.UniversalClient, maxRetr
 	defer th.Close()
 	d := Downstream{Limit: throttle.Limit{Rate: 1000}}
 	rec := newRecorder()
-	srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 2, Throttle: th,
+	srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 2, Throttle: th,
 		Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }}, rec)
 	ins := asynq.NewInspectorFromRedisClient(client)
 	waitFor(t, 30*time.Second, "the job to be retried or archived", func() bool {
@@ -233,7 +233,7 @@ func TestFailuresSpendRetries(t *testing.T) {
 					}
 					return fmt.Errorf("boom %d", n)
 				}
-				srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+				srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1}, rec)
 				ins := asynq.NewInspectorFromRedisClient(client)
 				for i, what := range tc.runs {
 					waitFor(t, 30*time.Second, fmt.Sprintf("run %d", i+1), func() bool { return rec.count() > i })
@@ -296,7 +296,7 @@ func TestHandlerNotNowSpendsNoRetry(t *testing.T) {
 			}
 			return nil
 		}
-		srv := startServer(t, client, ServerConfig{Config: cfg, Concurrency: 1}, rec)
+		srv := startServer(t, client, ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Concurrency: 1}, rec)
 		waitFor(t, 30*time.Second, "the third run", func() bool { return rec.count() >= 3 })
 		ins := asynq.NewInspectorFromRedisClient(client)
 		waitFor(t, 30*time.Second, "the job to complete", func() bool {

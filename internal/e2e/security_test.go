@@ -763,7 +763,7 @@ func TestSecurityRedisTLS(t *testing.T) {
 		var mu sync.Mutex
 		ran := map[string]int{}
 		all := make(chan struct{})
-		s, err := queue.NewServer(c, &queue.ServerConfig{Config: cfg, Concurrency: 4, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
+		s, err := queue.NewServer(c, &queue.ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, Concurrency: 4, PollInterval: 10 * time.Millisecond, ShutdownTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

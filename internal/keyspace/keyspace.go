@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"strings"
 
 	"github.com/sluicehq/sluice/internal/names"
 )
@@ -38,47 +37,13 @@ func Encode(id string) (string, error) {
 
 // Key returns prefix + ":" + kind + ":{" + Encode(id) + "}", the name of
 // the key of the given kind that belongs to id. Keys built from the same id
-// share one hash slot whatever prefix and kind they have. An id that names
-// its own hash tag (Tagged) is kept as it is: prefix + ":" + kind + ":" +
-// id.
+// share one hash slot whatever prefix and kind they have.
 func Key(prefix, kind, id string) (string, error) {
-	if Tagged(id) {
-		return prefix + ":" + kind + ":" + id, nil
-	}
 	enc, err := Encode(id)
 	if err != nil {
 		return "", err
 	}
 	return prefix + ":" + kind + ":{" + enc + "}", nil
-}
-
-// MaxTagged is the longest id that Tagged accepts.
-const MaxTagged = 256
-
-// Tagged reports whether id names its own hash tag: "{" tag "}" rest, with
-// tag and rest not empty, no other brace, and every byte of
-// [A-Za-z0-9_.-:/=#], at most MaxTagged bytes in all. Key keeps such an id
-// as it is, so that a caller can put keys of several ids in one hash slot
-// (the queue puts each tenant's throttle keys in the slot of its shard).
-// No name Key makes of another id is the same: an encoded id ends at its
-// closing brace, and a tagged id never does.
-func Tagged(id string) bool {
-	if len(id) < 4 || len(id) > MaxTagged || id[0] != '{' {
-		return false
-	}
-	end := -1
-	for i := 1; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c == '}' && end < 0:
-			end = i
-		case c == '{' || c == '}':
-			return false
-		case !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_.-:/=#", c) >= 0):
-			return false
-		}
-	}
-	return end > 1 && end < len(id)-1
 }
 
 // Slots is how many hash slots a Redis Cluster has.

@@ -243,42 +243,6 @@ func FuzzEncode(f *testing.F) {
 	})
 }
 
-// TestTagged: an id that names its own hash tag is kept as it is, in the
-// slot of its tag; anything else is encoded, and no tagged name equals an
-// encoded one.
-func TestTagged(t *testing.T) {
-	for _, tc := range []struct {
-		id   string
-		want bool
-	}{
-		{"{q}api/=t1", true},
-		{"{scale:3}api/#" + strings.Repeat("ab", 32), true},
-		{"{q}", false},     // no rest
-		{"{}x", false},     // empty tag
-		{"q}x", false},     // no opening brace
-		{"{q}x}", false},   // a second brace
-		{"{q}{x", false},   // a second brace
-		{"{q}a b", false},  // a space
-		{"{q}a\nb", false}, // a newline
-		{"{q}" + strings.Repeat("a", MaxTagged), false},
-		{"api/=t1", false},
-	} {
-		if got := Tagged(tc.id); got != tc.want {
-			t.Errorf("Tagged(%q) = %v, want %v", tc.id, got, tc.want)
-		}
-		k, err := Key("p", "rate", tc.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tc.want && k != "p:rate:"+tc.id {
-			t.Errorf("Key(%q) = %q, want the id kept", tc.id, k)
-		}
-		if !tc.want && !strings.HasSuffix(k, "}") {
-			t.Errorf("Key(%q) = %q: an encoded name ends at its brace", tc.id, k)
-		}
-	}
-}
-
 // TestSlot: Redis Cluster's key hash, against CLUSTER KEYSLOT's answers
 // (foo 12182, {user1000}.following 3443) and CRC-16/XMODEM's check value.
 func TestSlot(t *testing.T) {

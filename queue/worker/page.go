@@ -258,7 +258,7 @@ func (w *Worker) tenantBuckets(ctx context.Context, rows []pageDownstream, marks
 			took = true
 			row := &rows[i]
 			d := w.policy.Downstreams[row.Name]
-			key := w.server.ThrottleKey(row.Name, c.tenant, true)
+			key := queue.ThrottleKey(&queue.Job{Downstream: row.Name, Tenant: c.tenant}, true)
 			st, err := w.th.State(ctx, key, d.Limit)
 			if err != nil {
 				row.Err = err.Error()

@@ -103,20 +103,20 @@ func TestPageTenantBuckets(t *testing.T) {
 	w := startedWorker(t, cfg, client, pageLimits{})
 	ctx := context.Background()
 	feeds := cfg.Downstreams["feeds"].Limit
-	if _, err := w.th.Backoff(ctx, w.server.ThrottleKey("feeds", "acme", true), feeds, 10*time.Minute); err != nil {
+	if _, err := w.th.Backoff(ctx, queue.ThrottleKey(&queue.Job{Downstream: "feeds", Tenant: "acme"}, true), feeds, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// zeta has no jobs waiting and is not asleep, but a worker marked its
 	// key full (as a put-back does, queue_claim.lua): its bucket is read
 	// first.
-	if _, err := w.th.Backoff(ctx, w.server.ThrottleKey("feeds", "zeta", true), feeds, 5*time.Minute); err != nil {
+	if _, err := w.th.Backoff(ctx, queue.ThrottleKey(&queue.Job{Downstream: "feeds", Tenant: "zeta"}, true), feeds, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := client.ZAdd(ctx, "sluice:q:full:{pageq}", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMicro()), Member: "feeds/=zeta"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for range 15 {
-		if _, err := w.th.Reserve(ctx, w.server.ThrottleKey("feeds", "globex", true), feeds, 1); err != nil {
+		if _, err := w.th.Reserve(ctx, queue.ThrottleKey(&queue.Job{Downstream: "feeds", Tenant: "globex"}, true), feeds, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -245,7 +245,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	feeds := cfg.Downstreams["feeds"]
-	hooli := p.ThrottleKey("feeds", "hooli", true)
+	hooli := queue.ThrottleKey(&queue.Job{Downstream: "feeds", Tenant: "hooli"}, true)
 	if _, err := th.Backoff(ctx, hooli, feeds.Limit, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -341,7 +341,9 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	}
 	w.sched = newScheduler(w.producer, cfg.Schedules, time.Now, w.log, ticks)
 	w.server, err = queue.NewServer(client, &queue.ServerConfig{
-		Config:      qc,
+		Queue:       qc.Queue,
+		Prefix:      qc.Prefix,
+		Shards:      qc.Shards,
 		Concurrency: o.Concurrency,
 		Prefetch:    cfg.Queue.Prefetch,
 		Throttle:    w.th,
@@ -353,6 +355,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		Retention:       cfg.Queue.Retention,
 		Logger:          w.log,
 		Metrics:         qMetrics,
+		TracerProvider:  o.TracerProvider,
 	})
 	if err != nil {
 		return err

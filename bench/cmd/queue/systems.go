@@ -141,7 +141,7 @@ func newSluice(producers, worker redis.UniversalClient, bound int64, admission *
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return &sluiceSys{rc: worker, p: p, cfg: queue.ServerConfig{
-		Config:       queue.Config{Queue: queueName},
+		Queue:        queueName,
 		Concurrency:  conc,
 		PollInterval: poll,
 		Retention:    retention,
