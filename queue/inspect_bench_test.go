@@ -53,6 +53,10 @@ func BenchmarkInspector100k(b *testing.B) {
 		}()
 	}
 	wg.Wait()
+	k := p.shards[0]
+	recs, _ := client.MemoryUsage(ctx, k.jobs, 0).Result()
+	list, _ := client.MemoryUsage(ctx, k.tenantPrefix+"=acme", 0).Result()
+	b.Logf("MEMORY USAGE: the jobs hash %d B (%.0f B a job), the tenant's list %d B (%.0f B a job)", recs, float64(recs)/n, list, float64(list)/n)
 	in, err := NewInspector(client, &InspectorConfig{Config: cfg})
 	if err != nil {
 		b.Fatal(err)
