@@ -187,20 +187,23 @@ func NewInspector(client redis.UniversalClient, cfg *InspectorConfig) (*Inspecto
 	return &Inspector{client: client, cfg: c, shards: newShards(c.Prefix, c.Queue, c.Shards), asynq: asynq.NewInspectorFromRedisClient(client)}, nil
 }
 
-// record is a job's record in the jobs hash (queue_enqueue.lua).
+// record is a job's record in the jobs hash (queue_enqueue.lua):
+// "<nonce>:<moves> <seq> <due µs>" under its scoped id.
 type record struct {
-	task     string
-	seq, due int64
+	// task is the task id, sluice:<scoped id>@<nonce>:<moves>, and hand
+	// its part the record keeps.
+	task, hand string
+	seq, due   int64
 }
 
-func parseRecord(s string) (record, bool) {
+func parseRecord(scoped, s string) (record, bool) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
 		return record{}, false
 	}
 	seq, err1 := strconv.ParseInt(f[1], 10, 64)
 	due, err2 := strconv.ParseInt(f[2], 10, 64)
-	return record{task: f[0], seq: seq, due: due}, err1 == nil && err2 == nil
+	return record{task: "sluice:" + scoped + "@" + f[0], hand: f[0], seq: seq, due: due}, err1 == nil && err2 == nil
 }
 
 // sameJob reports whether two task ids are hand-overs of one job: the
@@ -266,7 +269,7 @@ func (in *Inspector) locate(ctx context.Context, tenant, id string) (*located, e
 	if errors.Is(rec.Err(), redis.Nil) {
 		return nil, fmt.Errorf("%w: tenant %.64q has no job %q in queue %q that has not completed (sluice forgets a job when it completes, or is deleted)", ErrJobNotFound, tenant, id, in.cfg.Queue)
 	}
-	r, ok := parseRecord(rec.Val())
+	r, ok := parseRecord(scoped, rec.Val())
 	if !ok {
 		return nil, fmt.Errorf("sluice: the record of job %q of tenant %.64q is unreadable: %q", id, tenant, rec.Val())
 	}
@@ -285,8 +288,10 @@ func (in *Inspector) locate(ctx context.Context, tenant, id string) (*located, e
 	// distance from it is about the jobs ahead of it.
 	pipe = in.client.Pipeline()
 	var headRec *redis.StringCmd
+	headScoped := ""
 	if h, _, ok := readEntry(head.Val()); ok {
-		headRec = pipe.HGet(ctx, k.jobs, scopedOfTask(h.task))
+		headScoped = scopedOfTask(h.task)
+		headRec = pipe.HGet(ctx, k.jobs, headScoped)
 	}
 	var later *redis.StringSliceCmd
 	if r.due > l.now.UnixMicro() {
@@ -309,7 +314,7 @@ func (in *Inspector) locate(ctx context.Context, tenant, id string) (*located, e
 	}
 	est := int64(0)
 	if headRec != nil {
-		if hr, ok := parseRecord(headRec.Val()); ok {
+		if hr, ok := parseRecord(headScoped, headRec.Val()); ok {
 			est = max(r.seq-hr.seq, 0)
 		}
 	}
@@ -639,7 +644,7 @@ func (in *Inspector) remove(ctx context.Context, tenant, id string, onlyLater bo
 		recorded = l.job.ScopedID()
 	}
 	n, err := scripts.QueueRemove.Run(ctx, in.client, []string{l.list, l.k.later, l.k.meta, l.k.cdepth, l.k.ids, l.k.ldepth, l.k.jobs},
-		where, l.text, l.enc, l.job.Class(), recorded, l.job.ScopedID(), l.rec.task).Int()
+		where, l.text, l.enc, l.job.Class(), recorded, l.job.ScopedID(), l.rec.hand).Int()
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	v, err := scripts.QueueEnqueue(alg).Run(ctx, p.client,
 		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks, k.held, k.jobs},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick), job.taskID(), job.ScopedID()).Slice()
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick), job.handOver(), job.ScopedID()).Slice()
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
 	}

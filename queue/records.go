@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,10 +17,14 @@ import (
 // forgotten, in batches, so that the records cost a worker no round trip
 // per job.
 
+// handOver is what a job's record keeps of its task id,
+// <nonce>:<moves>: the rest is the record's field, the scoped id.
+func (j *Job) handOver() string { return j.nonce + ":" + strconv.Itoa(j.moves) }
+
 // retask points job's record at its new task id, after a put-back.
 func (s *Server) retask(ctx context.Context, job *Job) {
 	k := s.shards.of(job.tenantEnc)
-	if err := scripts.QueueRecord.Run(context.WithoutCancel(ctx), s.client, []string{k.jobs, k.ldepth}, "retask", k.tenantPrefix, job.ScopedID(), job.taskID()).Err(); err != nil {
+	if err := scripts.QueueRecord.Run(context.WithoutCancel(ctx), s.client, []string{k.jobs, k.ldepth}, "retask", k.tenantPrefix, job.ScopedID(), job.handOver()).Err(); err != nil {
 		s.log.Warn("sluice: updating a put-back job's record for the inspector", "job", job.ID, "err", err)
 	}
 }
@@ -53,7 +58,7 @@ func (f *forgetter) add(job *Job) {
 		i = f.shards.index(f.shards.of(job.tenantEnc).queue)
 	}
 	f.mu.Lock()
-	f.due[i] = append(f.due[i], job.ScopedID(), job.taskID())
+	f.due[i] = append(f.due[i], job.ScopedID(), job.handOver())
 	f.n++
 	full := f.n >= forgetBatch
 	f.mu.Unlock()

@@ -1,19 +1,19 @@
 -- Keep the jobs hash's records (queue_enqueue.lua writes them; see
--- queue/inspect.go) true to their jobs: a record whose task id names the
--- same job as the one given (the same sluice:<scoped id>@<nonce>, the
--- task id less its ":<moves>") is changed; a record of another job of
--- that id (enqueued since, which wrote its own) is left alone.
+-- queue/inspect.go) true to their jobs: a record of the same job as the
+-- one given (the same nonce: its hand-over <nonce>:<moves> less the
+-- moves) is changed; a record of another job of that id (enqueued
+-- since, which wrote its own) is left alone.
 -- A tenant's sequence (the jobs hash's field <tenant>) goes with the
 -- record of its last job forgotten while it has none waiting, so that an
 -- idle queue keeps nothing of its tenants.
--- KEYS     1 jobs hash (scoped id -> "<task id> <seq> <due µs>"), 2
+-- KEYS     1 jobs hash (scoped id -> "<nonce>:<moves> <seq> <due µs>"), 2
 --          per-tenant count of jobs for later
 -- ARGV     1 "retask" (the job was put back: its record takes the new
---          task id, keeping its seq and due time) or "forget" (the job
+--          hand-over, keeping its seq and due time) or "forget" (the job
 --          completed: its record goes), 2 the prefix of the tenants' list
---          keys, then pairs of scoped id and task id
+--          keys, then pairs of scoped id and <nonce>:<moves>
 -- Returns  how many records changed
-local function job(task) return string.match(task, '^(.*):%d+$') end
+local function job(hand) return string.match(hand, '^([^:]*):') end
 local changed = 0
 for i = 3, #ARGV - 1, 2 do
   local rec = redis.call('HGET', KEYS[1], ARGV[i])

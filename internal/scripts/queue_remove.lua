@@ -11,7 +11,7 @@
 --          list's entry, or the sorted set's member (<tenant> SPACE
 --          <entry>), exactly, 3 tenant (encoded), 4 the job's metrics
 --          class, 5 its scoped id if recorded in the ids hash (else ""),
---          6 its scoped id, 7 its task id
+--          6 its scoped id, 7 its hand-over, <nonce>:<moves>
 -- Returns  1 removed, 0 not there (a claim took it meanwhile)
 if ARGV[1] == 'list' then
   if redis.call('LREM', KEYS[1], 1, ARGV[2]) == 0 then return 0 end
@@ -27,7 +27,7 @@ if ARGV[5] ~= '' and redis.call('HINCRBY', KEYS[5], ARGV[5], -1) <= 0 then
   redis.call('HDEL', KEYS[5], ARGV[5])
 end
 local rec = redis.call('HGET', KEYS[7], ARGV[6])
-local function job(task) return string.match(task or '', '^(.*):%d+$') end
+local function job(hand) return string.match(hand or '', '^([^:]*):') end
 if rec and job(string.match(rec, '^[^ ]*')) == job(ARGV[7]) then redis.call('HDEL', KEYS[7], ARGV[6]) end
 -- A tenant with nothing left waiting keeps no sequence (queue_record.lua).
 if redis.call('LLEN', KEYS[1]) == 0 and redis.call('HEXISTS', KEYS[6], ARGV[3]) == 0 then
