@@ -269,3 +269,62 @@ func TestInspectorForgetsCompletedJobs(t *testing.T) {
 		}
 	})
 }
+
+// TestInspectorFollowsAsynq: once handed over, a job's state is asynq's,
+// read through asynq's Inspector by the task id the record names: a job
+// whose handler runs is running, one that failed is retrying (with its
+// error and next run), one that failed for good is archived with why.
+func TestInspectorFollowsAsynq(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Concurrency: 4}, HandlerFunc(func(ctx context.Context, j *Job) error {
+			switch j.ID {
+			case "block":
+				<-release
+			case "fail":
+				return errors.New("the API said no")
+			case "perm":
+				return Permanent(errors.New("bad payload"))
+			}
+			return nil
+		}))
+		defer close(release)
+		for _, id := range []string{"block", "fail", "perm"} {
+			if _, err := p.Enqueue(ctx, Job{ID: id, Tenant: "acme", Type: "x", MaxRetry: 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := map[string]JobState{"block": StateRunning, "fail": StateRetrying, "perm": StateArchived}
+		for id, state := range want {
+			var info JobInfo
+			waitFor(t, 10*time.Second, id+" "+string(state), func() bool {
+				info, err = in.Job(ctx, "acme", id)
+				return err == nil && info.State == state
+			})
+			switch id {
+			case "fail":
+				if !strings.Contains(info.LastError, "the API said no") || info.NextRun.IsZero() || !strings.Contains(info.Why, "retrying at") {
+					t.Fatalf("fail: %+v", info)
+				}
+			case "perm":
+				if !strings.Contains(info.Why, "archived by asynq: bad payload") {
+					t.Fatalf("perm: %+v", info)
+				}
+			}
+		}
+		var ho *HandedOverError
+		if err := in.Delete(ctx, "acme", "perm"); !errors.As(err, &ho) || !strings.Contains(err.Error(), "asynq's tools") {
+			t.Fatalf("delete of an archived job: %v; want a HandedOverError naming asynq's tools", err)
+		}
+	})
+}
