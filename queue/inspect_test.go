@@ -328,3 +328,58 @@ func TestInspectorFollowsAsynq(t *testing.T) {
 		}
 	})
 }
+
+// TestInspectorShards: on a queue of several shards, each tenant's jobs
+// are found, edited and forgotten in its own shard.
+func TestInspectorShards(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg := testConfig(t, 100)
+		cfg.Shards = 4
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenants := []string{"a", "b", "c", "d", "e", "f"}
+		for _, tn := range tenants {
+			for i := range 3 {
+				if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprint("j", i), Tenant: tn, Type: "x"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, tn := range tenants {
+			info, err := in.Job(ctx, tn, "j2")
+			if err != nil || info.State != StateWaiting || info.Ahead != 2 || !info.AheadExact || info.Queue != p.shards.of(mustEncode(t, tn)).queue {
+				t.Fatalf("%s's j2: %+v, %v", tn, info, err)
+			}
+			if err := in.Delete(ctx, tn, "j0"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, err := p.Stats(ctx); err != nil || st.Depth != 12 {
+			t.Fatalf("stats %+v, %v; want 12 left", st, err)
+		}
+		done := make(chan struct{}, 12)
+		startServer(t, client, ServerConfig{Queue: cfg.Queue, Shards: 4}, HandlerFunc(func(context.Context, *Job) error {
+			done <- struct{}{}
+			return nil
+		}))
+		for range 12 {
+			<-done
+		}
+		waitFor(t, 5*time.Second, "every record forgotten", func() bool {
+			for _, k := range p.shards {
+				if n, err := client.HLen(ctx, k.jobs).Result(); err != nil || n > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	})
+}
+
