@@ -382,4 +382,3 @@ func TestInspectorShards(t *testing.T) {
 		})
 	})
 }
-
