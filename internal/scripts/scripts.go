@@ -66,6 +66,7 @@ func init() {
 var (
 	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
+	QueueHanded = redis.NewScript(src("queue_handed"))
 	QueueUntake = script("queue_untake")
 	// QueueRecord and QueueRemove are the inspector's (queue/inspect.go).
 	QueueRecord = redis.NewScript(src("queue_record"))
