@@ -477,13 +477,14 @@ func TestHostileTenantsKeptApart(t *testing.T) {
 				keys := tg.keys(t)
 				checkKeyNames(t, keys, cfg.Queue)
 				// One list and one admission key per tenant, plus meta,
-				// ring, members and the shard count (no weights: every tenant has the
+				// ring, members, the shard count and the jobs hash (the
+				// inspector's records; no weights: every tenant has the
 				// default weight 1, which is not stored; no ids: the
 				// producer chose them, and does not record those; no
 				// cdepth: every job is of the default class, which is not
 				// counted there).
-				if len(keys) != 2*len(tenants)+4 {
-					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+4, keys)
+				if len(keys) != 2*len(tenants)+5 {
+					t.Errorf("%d keys for %d tenants, want %d: %q", len(keys), len(tenants), 2*len(tenants)+5, keys)
 				}
 			}
 

@@ -117,6 +117,9 @@ type Job struct {
 	// tenantEnc is the encoded tenant, set by the server when it runs
 	// the job.
 	tenantEnc string
+	// trace is the W3C traceparent of the job's enqueue span ("": not
+	// traced; trace.go).
+	trace string
 }
 
 // EnqueuedAt is when the Producer accepted the job.
@@ -325,11 +328,12 @@ type envelope struct {
 	Refused    int       `json:"refused,omitempty"`
 	Class      string    `json:"class,omitempty"`
 	IDRecorded bool      `json:"id_recorded,omitempty"`
+	Trace      string    `json:"trace,omitempty"`
 }
 
 // encode writes the job's envelope.
 func (j *Job) encode() (string, error) {
-	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded})
+	b, err := json.Marshal(envelope{Job: *j, Nonce: j.nonce, EnqueuedAt: j.enqueuedAt, Retried: j.retried, Moves: j.moves, Refused: j.refused, Class: j.class, IDRecorded: j.idRecorded, Trace: j.trace})
 	return string(b), err
 }
 
@@ -341,6 +345,7 @@ func decodeJob(s []byte) (*Job, error) {
 	}
 	j := e.Job
 	j.nonce, j.enqueuedAt, j.retried, j.moves, j.refused, j.class, j.idRecorded = e.Nonce, e.EnqueuedAt, e.Retried, e.Moves, e.Refused, e.Class, e.IDRecorded
+	j.trace = e.Trace
 	if j.ID == "" || j.Tenant == "" || j.Type == "" {
 		return nil, errors.New("sluice: job envelope lacks id, tenant or type")
 	}

@@ -37,7 +37,11 @@ type keys struct {
 	handing string
 	// ticks maps each periodic job's schedule whose tenant lives in the
 	// shard to the last tick claimed (µs; Producer.EnqueueTick).
-	ticks                   string
+	ticks string
+	// jobs maps each job's scoped id to where to find it (its task id,
+	// its place in its tenant's sequence and when it is due), and each
+	// encoded tenant to its sequence (inspect.go).
+	jobs                    string
 	tenantPrefix, admPrefix string
 	// asynqPending is asynq's pending list, which the claims read (the
 	// prefetch) and asynq's Client writes.
@@ -64,6 +68,7 @@ func newKeys(prefix, queue string) keys {
 		held:         k("held"),
 		handing:      k("handing"),
 		ticks:        k("ticks"),
+		jobs:         k("jobs"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",

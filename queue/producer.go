@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/names"
@@ -92,6 +94,10 @@ type Config struct {
 	// Replicas; default DefaultReplicaTimeout. Keep it below the
 	// client's ReadTimeout (go-redis: 3 s).
 	ReplicaTimeout time.Duration
+	// TracerProvider, when set, traces each job with OpenTelemetry: the
+	// Producer's enqueue, and a Server's run of the job under it
+	// (trace.go); nil: no traces.
+	TracerProvider trace.TracerProvider
 
 	// clock, when set, replaces the Redis server's clock in the scripts.
 	// Only this package's tests set it.
@@ -252,9 +258,20 @@ func (p *Producer) EnqueueTick(ctx context.Context, schedule string, tick time.T
 	return p.enqueue(ctx, job, schedule, tick)
 }
 
-func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick time.Time) (Receipt, error) {
+func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick time.Time) (r Receipt, err error) {
 	if err := p.Check(job); err != nil {
 		return Receipt{}, err
+	}
+	ctx, span := tracer(p.cfg.TracerProvider).Start(ctx, "sluice.enqueue", trace.WithSpanKind(trace.SpanKindProducer))
+	defer func() {
+		span.SetAttributes(jobAttrs(&job, p.cfg.Queue)...)
+		if err == nil && r.Policy != nil {
+			span.AddEvent("admitted", trace.WithAttributes(attribute.String("sluice.policy", r.Policy.String()), attribute.Int64("sluice.remaining", r.Decision.Remaining)))
+		}
+		endSpan(span, err)
+	}()
+	if p.cfg.TracerProvider != nil {
+		job.trace = traceparent(ctx)
 	}
 	// An id the producer chooses is random and no other job's: the
 	// enqueue script does not record it for the duplicate check. Other
@@ -304,9 +321,9 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 		due = max(job.RunAt.UnixMicro(), 1)
 	}
 	v, acked, err := p.runEnqueue(ctx, scripts.QueueEnqueue(alg),
-		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks, k.held},
+		[]string{k.meta, k.ring, k.members, list, k.asynqPending, admKey, k.weights, k.cdepth, k.ids, k.later, k.ldepth, k.ticks, k.held, k.jobs},
 		enc, item, bound, job.cost(), adm[0], adm[1], adm[2], adm[3], adm[4],
-		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick))
+		p.cfg.TenantBound, weight, job.class, recordID, p.cfg.now(), due, schedule, tickMicros(schedule, tick), job.handOver(), job.ScopedID())
 	if isOOM(err) {
 		return Receipt{}, &RedisFullError{Queue: p.cfg.Queue, Err: err}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/algorithms"
 	"github.com/sluicehq/sluice/internal/scripts"
@@ -117,6 +119,9 @@ type ServerConfig struct {
 	PollInterval time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces each run of a job under its
+	// enqueue's span (trace.go); nil: no traces.
+	TracerProvider trace.TracerProvider
 	// Metrics; nil for none.
 	Metrics *Metrics
 
@@ -155,6 +160,7 @@ type Server struct {
 	// every concurrency lease held; a release heard wakes it sooner.
 	leaseRecheck time.Duration
 	leaseWaits   leaseWaits
+	forget       *forgetter      // the records of completed jobs (records.go)
 	runCtx       context.Context // Start's: ends at Shutdown
 	shares       *shares
 	alive        *inflight
@@ -211,6 +217,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 		asynq: asynq.NewClientFromRedisClient(client), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics,
 		wake: newIdleWake(cfg.Prefix, cfg.Queue)}
 	pending := map[string]bool{} // for parkingClient
+	s.forget = newForgetter(client, s.shards)
 	queues := map[string]int{}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
@@ -292,6 +299,8 @@ func (s *Server) Start(h Handler) error {
 		go func() { defer s.wg.Done(); s.dispatchLoop(ctx, d) }()
 	}
 	go func() { defer s.wg.Done(); s.sampleLoop(ctx) }()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.forget.loop(ctx) }()
 	return nil
 }
 
@@ -314,6 +323,7 @@ func (s *Server) Shutdown() {
 	stopping.Wait()
 	s.stopAlive() // after asynq's servers: a job still running is no dead worker's
 	s.leaseWaits.wg.Wait()
+	s.forget.flush(context.Background())
 }
 
 // run is one asynq task of a job, as process takes it through its steps.
@@ -333,7 +343,7 @@ type run struct {
 // process runs one asynq task: open it, pace it (slot, lease), start
 // it, run the handler, and map what the handler returned to the job's
 // fate.
-func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
+func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) (err error) {
 	s.wake.touch()
 	defer s.wake.touch()
 	task, _ := asynq.GetTaskID(ctx)
@@ -353,6 +363,11 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 		return err
 	}
 	defer shareDone()
+	if s.cfg.TracerProvider != nil && r.job.trace != "" {
+		var end func(error)
+		ctx, end = s.traceRun(ctx, r)
+		defer func() { end(err) }()
+	}
 	ctx, ready, err := s.pace(ctx, r)
 	if r.lease != nil {
 		defer r.lease.Release(context.WithoutCancel(ctx))
@@ -363,9 +378,14 @@ func (s *Server) process(ctx context.Context, t *asynq.Task, h Handler) error {
 	if err := s.start(ctx, r); err != nil {
 		return err
 	}
-	err = leaseLost(ctx, h.ProcessJob(ctx, r.job))
-	s.circuitReport(ctx, r.key, r.d, r.paced, err)
-	return s.outcome(ctx, r, err)
+	callCtx, call := childSpan(ctx, "sluice.call", trace.WithSpanKind(trace.SpanKindClient))
+	herr := leaseLost(ctx, h.ProcessJob(callCtx, r.job))
+	endSpan(call, herr)
+	s.circuitReport(ctx, r.key, r.d, r.paced, herr)
+	if herr == nil {
+		s.forget.add(r.job)
+	}
+	return s.outcome(ctx, r, herr)
 }
 
 // open decodes a task's job and finds its downstream. The first run of a
@@ -412,7 +432,10 @@ func (s *Server) pace(ctx context.Context, r *run) (_ context.Context, ready boo
 	}
 	job := r.job
 	tightened := s.tightened.Load() // relimit.go
+	_, slotSpan := childSpan(ctx, "sluice.slot")
 	slot, err := s.cfg.Throttle.Wait(ctx, r.key, horizon(r.d.Limit), job.units())
+	slotSpan.SetAttributes(attribute.Int64("sluice.slot.delay_us", slot.Delay.Microseconds()))
+	endSpan(slotSpan, err)
 	var far *throttle.TooFarError
 	if errors.As(err, &far) {
 		s.metrics.putBack.WithLabelValues(r.d.Limit.Name).Inc()
@@ -433,7 +456,9 @@ func (s *Server) pace(ctx context.Context, r *run) (_ context.Context, ready boo
 	}
 	s.leaseWaits.watch(s, r.key) // a release after a refusal is not missed
 	asked := time.Now()
+	_, leaseSpan := childSpan(ctx, "sluice.lease")
 	lease, err := s.cfg.Throttle.Acquire(ctx, r.key, *r.d.Concurrency)
+	endSpan(leaseSpan, err)
 	var busy *throttle.BusyError
 	switch {
 	case errors.As(err, &busy):
@@ -650,6 +675,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
+	s.retask(ctx, job)
 	s.metrics.putBackSeconds.WithLabelValues(job.Class()).Add(d.Seconds())
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))

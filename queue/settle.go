@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/throttle"
 )
 
@@ -44,7 +47,10 @@ func Settle(ctx context.Context, actual int64) error {
 	if !ok || s.th == nil {
 		return nil
 	}
-	return s.th.Settle(context.WithoutCancel(ctx), s.r, actual)
+	_, span := childSpan(ctx, "sluice.settle", trace.WithAttributes(attribute.Int64("sluice.settle.actual", actual)))
+	err := s.th.Settle(context.WithoutCancel(ctx), s.r, actual)
+	endSpan(span, err)
+	return err
 }
 
 // CostFrom says where a downstream's responses report a call's real cost,

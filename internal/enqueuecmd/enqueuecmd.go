@@ -57,6 +57,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   enqueue -policy policy.yaml stats
   enqueue -policy policy.yaml keys add|list|revoke|rotate ...   (API keys of POST /enqueue; enqueue keys help)
   enqueue -policy policy.yaml -check            (check the file, no Redis: exit 0 valid, 2 not)
+  enqueue -policy policy.yaml why|list|cancel|delete ...   (enqueue why -h)
 
 `)
 	// Parse's own output goes nowhere: point the flag list at w.
@@ -128,6 +129,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 			return bad(fmt.Sprintf("unexpected arguments %q", fs.Args()))
 		}
 		return policycheck.Run(o.policy, stdout, stderr)
+	}
+	if fs.NArg() > 0 && inspectCommands[fs.Arg(0)] {
+		return inspectMain(ctx, fs.Args(), o, stdout, stderr)
 	}
 	stats := fs.NArg() == 1 && fs.Arg(0) == "stats"
 	switch {

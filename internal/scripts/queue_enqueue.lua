@@ -26,7 +26,9 @@
 --          10 jobs for later, 11 per-tenant count of jobs for later,
 --          12 ticks hash (schedule name -> its last tick claimed, µs),
 --          13 held ids (scoped id -> until when, µs: a job of it handed
---          over and not started; see queue_handover.lua)
+--          over and not started; see queue_handover.lua), 14 jobs hash
+--          (scoped id -> "<nonce>:<moves> <seq> <due µs>", and encoded tenant
+--          -> its last seq: queue/inspect.go)
 -- ARGV     1 tenant (encoded), 2 the job's entry (queue.Job.item),
 --          3 bound, 4 cost, 5..9 the tenant's policy as admit() takes it
 --          (limit, period, capacity, rl, pr; see admit_main.lua), all ""
@@ -37,7 +39,9 @@
 --          not recorded), 14 now in µs
 --          ("" for the server's TIME), 15 when the job is due, in µs
 --          ("0": at once), 16 the schedule's name ("" for a job that
---          is no schedule's tick), 17 the tick, in µs
+--          is no schedule's tick), 17 the tick, in µs, 18 the job's
+--          hand-over, <nonce>:<moves> (its task id is sluice:<scoped
+--          id>@ and that), 19 the job's scoped id, recorded or not
 -- Returns  {"queued", depth after, remaining, reset µs}   admitted, queued
 --          {"full", depth, bound, 0}                  queue (shard) full
 --          {"tenant_full", tenant depth, tenant bound, 0}  tenant's backlog full
@@ -97,4 +101,10 @@ end
 -- saves a command on most jobs.
 if ARGV[11] ~= '1' then redis.call('HSET', KEYS[7], tenant, ARGV[11]) end
 if ARGV[12] ~= 'default' then redis.call('HINCRBY', KEYS[8], ARGV[12], 1) end
+-- Where the inspector finds the job: its task id (less the scoped id,
+-- which is the field's name), its place in its
+-- tenant's sequence of enqueues (its distance from the head's is about
+-- how many jobs wait before it) and when it is due.
+local seq = redis.call('HINCRBY', KEYS[14], tenant, 1)
+redis.call('HSET', KEYS[14], ARGV[19], ARGV[18] .. ' ' .. seq .. ' ' .. int(math.max(due, 0)))
 return {'queued', depth + 1, d[2], d[3]}

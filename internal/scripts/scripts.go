@@ -73,4 +73,7 @@ var (
 	QueueAlive     = script("queue_alive")
 	QueueRecover   = script("queue_recover")
 	QueueRecovered = script("queue_recovered")
+	// QueueRecord and QueueRemove are the inspector's (queue/inspect.go).
+	QueueRecord = redis.NewScript(src("queue_record"))
+	QueueRemove = redis.NewScript(src("queue_remove"))
 )

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/keyspace"
 	"github.com/sluicehq/sluice/internal/urlerr"
@@ -168,6 +170,8 @@ func (h *Handler) ProcessJob(ctx context.Context, job *queue.Job) error {
 	for k, v := range target.Headers {
 		hr.Header.Set(k, v)
 	}
+	// The trace context of the job's call span, when the worker traces.
+	queue.InjectTrace(ctx, propagation.HeaderCarrier(hr.Header))
 	key := queue.ThrottleKey(job, target.PerTenant)
 	tr := &downstream.Transport{Base: h.Base, Throttle: h.Throttle, Limit: target.Limit, Key: func(*http.Request) string { return key }, Metrics: h.Metrics,
 		Headroom: target.Headroom}

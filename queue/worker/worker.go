@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/downstream"
 	"github.com/sluicehq/sluice/internal/redisconn"
@@ -122,6 +123,12 @@ type Config struct {
 
 	// Logger receives the worker's log; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every job with OpenTelemetry
+	// (queue.Config.TracerProvider: a span per run of a job under its
+	// enqueue's, with its waits as child spans, and the built-in HTTP
+	// job's request carrying traceparent); nil: no traces.
+	TracerProvider trace.TracerProvider
+
 	// Registry receives the worker's metrics (sluice_*) and is what
 	// /metrics serves; the program may register its own there too.
 	// Default: a new registry with the Go and process collectors.
@@ -360,6 +367,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 	w.pfleet.announce(ctx)
 	qc := cfg.QueueConfig()
 	qc.AllowEviction = o.AllowEvictingRedis
+	qc.TracerProvider = o.TracerProvider
 	qc.Check = func(job *queue.Job) error { return w.known.Load().CheckJob(job) }
 	qc.Tenants = func(id string) queue.TenantPolicy { return w.state.Load().tenants(id) }
 	if w.producer, err = queue.NewProducer(client, &qc); err != nil {
@@ -386,6 +394,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		Retention:       cfg.Queue.Retention,
 		Logger:          w.log,
 		Metrics:         qMetrics,
+		TracerProvider:  o.TracerProvider,
 	})
 	if err != nil {
 		return err
@@ -418,6 +427,14 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		}
 	}
 	mux.Handle("/enqueue", enqueue)
+	in, err := queue.NewInspector(client, &queue.InspectorConfig{Config: qc, Throttle: w.th, Downstreams: func(name string) (queue.Downstream, bool) {
+		d, ok := w.state.Load().bound[name]
+		return d, ok
+	}})
+	if err != nil {
+		return err
+	}
+	handleJobs(mux, in, op)
 	mux.Handle("GET /{$}", op(http.HandlerFunc(w.servePage)))
 	// asynqmon is not closed: its Close would close client, which is
 	// closed by its owner.
