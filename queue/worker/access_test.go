@@ -87,16 +87,18 @@ func TestOperatorTokenAndKeys(t *testing.T) {
 		// The operator token is no API key.
 		{"POST", "/enqueue", "Bearer " + token, "", `{"tenant":"acme","type":"x"}`, 401, "bad_key"},
 		{"POST", "/enqueue", "", "", `{"tenant":"acme","type":"x"}`, 401, "missing_key"},
-		{"POST", "/enqueue", "Bearer " + key, "", `{"tenant":"other","type":"x"}`, 403, "forbidden_tenant"},
-		{"POST", "/enqueue", "Bearer " + key, "", `{"type":"x"}`, 202, ""},
+		{"POST", "/enqueue", "Bearer " + key, "", `{"tenant":"other","type":"x","run_in":"1h"}`, 403, "forbidden_tenant"},
+		// Due in an hour, so that the worker's quick hand-over cannot
+		// take it before the count below.
+		{"POST", "/enqueue", "Bearer " + key, "", `{"type":"x","run_in":"1h"}`, 202, ""},
 	} {
 		if code, reason := do(c.method, c.path, c.auth, c.user, c.body); code != c.code || reason != c.reason {
 			t.Errorf("%s %s %q: %d %q, want %d %q", c.method, c.path, c.auth, code, reason, c.code, c.reason)
 		}
 	}
 	st, err := p.Stats(context.Background())
-	if err != nil || st.Depth != 1 {
-		t.Errorf("depth %d (%v), want the 1 job accepted", st.Depth, err)
+	if err != nil || st.Depth != 1 || st.Later != 1 {
+		t.Errorf("depth %d, later %d (%v), want the 1 job accepted", st.Depth, st.Later, err)
 	}
 }
 
