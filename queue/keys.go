@@ -39,9 +39,9 @@ type keys struct {
 	// shard to the last tick claimed (µs; Producer.EnqueueTick).
 	ticks                   string
 	tenantPrefix, admPrefix string
-	// asynqPending is asynq's pending list, which the claims read (the
-	// prefetch) and asynq's Client writes.
-	asynqPending string
+	// asynqPending is asynq's pending list; asynqTask prefixes task ids
+	// (the hand-over writes both: queue_handed.lua).
+	asynqPending, asynqTask string
 }
 
 func newKeys(prefix, queue string) keys {
@@ -67,6 +67,7 @@ func newKeys(prefix, queue string) keys {
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
+		asynqTask:    "asynq:{" + queue + "}:t:",
 	}
 }
 

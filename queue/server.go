@@ -171,7 +171,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	}
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: fullRecheckPolls * cfg.PollInterval, leaseRecheck: leaseRecheck,
-		asynq: asynq.NewClientFromRedisClient(client), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+		shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it

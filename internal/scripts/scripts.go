@@ -66,6 +66,6 @@ func init() {
 var (
 	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
-	QueueHanded = redis.NewScript(src("queue_handed"))
+	QueueHanded = script("queue_handed")
 	QueueUntake = script("queue_untake")
 )
