@@ -14,7 +14,7 @@ import (
 
 // TestAsynqReadsHandedOverTasks: jobs enqueued by a Producer and handed
 // over by the dispatcher read back through asynq's own Inspector with
-// every field the hand-over sets (asynqTask): id, type, payload (the
+// every field the hand-over sets (jobMessage): id, type, payload (the
 // envelope), queue, retries, timeout, no deadline, retention, state. The
 // waiting room holds none of asynq's format: this is what an asynq
 // upgrade must pass.

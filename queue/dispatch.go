@@ -3,13 +3,10 @@ package queue
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -133,57 +130,42 @@ func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error
 }
 
 // handOver writes the asynq tasks of entries a claim took (queue_claim.lua)
-// with asynq's Client, in the claim's order, then clears them from the
-// shard's handing set (queue_handed.lua). A task asynq holds already (a
-// claim took its entry again after a dispatcher died between the two
-// steps) counts as written. An entry whose task could not be written
-// stays in the handing set, for a later claim to take again after
-// handingStale: none is lost.
+// and clears them from the shard's handing set, in one script
+// (queue_handed.lua), in the claim's order. An entry it could not hand
+// over (Redis did not answer) stays in the handing set, for a later
+// claim to take again after handingStale: none is lost.
 func (s *Server) handOver(ctx context.Context, k keys, entries []any) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	// A shutdown does not abandon a batch taken: it is written whole, or
-	// until Redis fails to answer.
-	ctx = context.WithoutCancel(ctx)
-	done := make([]any, 0, 2*len(entries))
-	var failed error
+	args := make([]any, 0, 2+4*len(entries))
+	args = append(args, k.asynqTask, s.cfg.now())
 	for _, e := range entries {
 		it, _ := e.(string)
-		task, opts := s.taskOf(it, k.queue)
-		_, err := s.asynq.EnqueueContext(ctx, task, opts...)
-		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-			failed = err
-			break // Redis unreachable, most likely: the rest wait too
-		}
 		h, _, _ := readEntry(it)
-		done = append(done, it, cmp.Or(h.class, defaultClass))
+		args = append(args, it, cmp.Or(h.class, defaultClass), h.task, s.messageOf(it, k.queue))
 	}
-	if len(done) > 0 {
-		if err := scripts.QueueHanded.Run(ctx, s.client, []string{k.handing, k.meta, k.cdepth}, done...).Err(); err != nil {
-			// The tasks are in asynq; a later claim takes their entries
-			// again, and finds them there.
-			return fmt.Errorf("sluice: clearing %d jobs handed to asynq: %w", len(done)/2, err)
-		}
-		s.metrics.handed.Add(float64(len(done) / 2))
+	// A shutdown does not abandon a batch taken.
+	n, err := scripts.QueueHanded.Run(context.WithoutCancel(ctx), s.client, []string{k.handing, k.meta, k.cdepth, k.asynqPending}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("sluice: handing %d jobs to asynq (they are handed again after %v): %w", len(entries), handingStale, err)
 	}
-	if failed != nil {
-		return fmt.Errorf("sluice: handing %d of %d jobs to asynq (they are handed again after %v): %w", len(entries)-len(done)/2, len(entries), handingStale, failed)
-	}
+	s.metrics.handed.Add(float64(n))
 	return nil
 }
 
-// taskOf returns the asynq task of an entry (asynqTask), or for an entry
-// whose envelope is not a job's, or that handOverUndecodable wrote (its
-// task id names no tenant), a task of undecodableType whose payload is
-// that text, for the worker to refuse and asynq to archive.
-func (s *Server) taskOf(it, queue string) (*asynq.Task, []asynq.Option) {
+// messageOf returns the asynq TaskMessage of an entry (jobMessage), or for
+// an entry whose envelope is not a job's, or that handOverUndecodable
+// wrote (its task id names no tenant), the message of a task of
+// undecodableType whose payload is that text, for the worker to refuse
+// and asynq to archive.
+func (s *Server) messageOf(it, queue string) []byte {
 	h, env, _ := readEntry(it)
 	scoped, _, _ := strings.Cut(h.task, "@")
 	if job, err := decodeJob(env); err == nil && strings.Contains(scoped, "/") {
-		return asynqTask(job, env, queue, s.cfg.Retention)
+		return jobMessage(job, env, queue, s.cfg.Retention)
 	}
-	return asynq.NewTask(undecodableType, env), []asynq.Option{asynq.TaskID(h.task), asynq.Queue(queue), asynq.MaxRetry(0)}
+	return taskMessage(undecodableType, env, h.task, queue, 0, 30*time.Minute, 0)
 }
 
 // pollWait is how long a dispatcher waits before its next claim when the

@@ -19,12 +19,104 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
+// TestHandOverWritesWhatAsynqWrites: a job handed over is stored exactly
+// as asynq's own Client.Enqueue stores the same task (the TaskMessage's
+// bytes, its state, its place in the pending list), for jobs that use
+// every field the hand-over sets: the defaults, no retries, retries used
+// up, timeouts under a second and of hours, later hand-overs, payloads
+// whose lengths take one to three bytes to write, a retention. A change
+// of asynq's storage fails here first.
+func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
+	jobs := []Job{
+		{ID: "defaults", Tenant: "a", Type: "x"},
+		{ID: "no-retry", Tenant: "a", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)},
+		{ID: "retried", Tenant: "tenant with spaces", Type: "y", MaxRetry: 3, retried: 5, moves: 2},
+		{ID: "part-retried", Tenant: "a", Type: "y", MaxRetry: 10, retried: 4, moves: 130},
+		{ID: "short", Tenant: "a", Type: "z", Timeout: 500 * time.Millisecond, Payload: []byte(strings.Repeat("p", 200))},
+		{ID: "long", Tenant: "a", Type: "z", Timeout: 26 * time.Hour, Payload: []byte(strings.Repeat("q", 20000))},
+		{ID: "nine-s", Tenant: "a", Type: "z", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3},
+	}
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
+		ctx := context.Background()
+		cfg, p := testProducer(t, client, 100)
+		k := p.shards[0]
+		ac := asynq.NewClientFromRedisClient(client)
+		for i, job := range jobs {
+			for _, retention := range []time.Duration{0, time.Hour} {
+				s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Retention: retention})
+				if err != nil {
+					t.Fatal(err)
+				}
+				job.nonce = fmt.Sprintf("%016x", i)
+				job.enqueuedAt = time.Now().UTC()
+				job.class = "default"
+				if i%2 == 1 {
+					job.class = "gold"
+				}
+				env, err := job.encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				item, err := job.item()
+				if err != nil {
+					t.Fatal(err)
+				}
+				task := job.taskID()
+				if err := client.ZAdd(ctx, k.handing, redis.Z{Score: 1, Member: item}).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.handOver(ctx, k, []any{item}); err != nil {
+					t.Fatal(err)
+				}
+				ours := takeTask(t, client, k, task)
+				if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
+					t.Errorf("job %s: task hash %v", job.ID, ours)
+				}
+				retry := max(job.maxRetry()-job.retried, 0) + 1 // one spare (see jobMessage)
+				opts := []asynq.Option{asynq.Queue(cfg.Queue), asynq.TaskID(task), asynq.MaxRetry(retry), asynq.Timeout(job.timeout())}
+				if retention > 0 {
+					opts = append(opts, asynq.Retention(retention))
+				}
+				if _, err := ac.EnqueueContext(ctx, asynq.NewTask(job.Type, []byte(env)), opts...); err != nil {
+					t.Fatal(err)
+				}
+				theirs := takeTask(t, client, k, task)
+				if ours["msg"] != theirs["msg"] {
+					t.Errorf("job %s, retention %v: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, ours["msg"], theirs["msg"])
+				}
+				if len(ours["pending_since"]) != len(theirs["pending_since"]) {
+					t.Errorf("job %s: pending_since %q; asynq's Client writes %q", job.ID, ours["pending_since"], theirs["pending_since"])
+				}
+			}
+		}
+	})
+}
+
+// takeTask returns the hash of asynq task id and deletes it, checking that
+// it is the only task in the queue's pending list.
+func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	h, err := client.HGetAll(ctx, k.asynqTask+id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := client.LRange(ctx, k.asynqPending, 0, -1).Result()
+	if err != nil || len(pending) != 1 || pending[0] != id {
+		t.Fatalf("pending list %q, %v; want [%s]", pending, err, id)
+	}
+	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // TestHandOverSurvivesDeathBetweenSteps: a dispatcher that died after its
 // claim took jobs for the hand-over (before or after it wrote their asynq
 // tasks, before it cleared them) loses none and runs none twice: a later
-// claim takes the entries again once handingStale has passed, asynq's
-// Client writes each task once (a task it holds already is refused by its
-// id), and the counts end at zero.
+// claim takes the entries again once handingStale has passed, the
+// hand-over writes each task once (a task asynq holds already is not
+// written again), and the counts end at zero.
 func TestHandOverSurvivesDeathBetweenSteps(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
@@ -60,9 +152,10 @@ func TestHandOverSurvivesDeathBetweenSteps(t *testing.T) {
 		if len(taken) != 6 {
 			t.Fatalf("the claim took %d entries; want 6", len(taken))
 		}
+		ac := asynq.NewClientFromRedisClient(client)
 		for _, it := range taken[:3] {
-			task, opts := s.taskOf(it.(string), k.queue)
-			if _, err := s.asynq.EnqueueContext(ctx, task, opts...); err != nil {
+			h, env, _ := readEntry(it.(string))
+			if _, err := ac.EnqueueContext(ctx, asynq.NewTask("x", env), asynq.TaskID(h.task), asynq.Queue(k.queue)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -107,9 +200,6 @@ func TestHandOverSurvivesDeathBetweenSteps(t *testing.T) {
 		}
 	})
 }
-
-// asynqTaskKey is the key of asynq's hash of a task of the shard k.
-func asynqTaskKey(k keys, id string) string { return "asynq:{" + k.queue + "}:t:" + id }
 
 // testProducer returns a waiting room of t's own (testConfig) and its
 // Producer on client.

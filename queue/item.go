@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hibiken/asynq"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // entryMarker begins every waiting-room entry: the header's grammar and
@@ -106,21 +106,55 @@ func decodeItem(it string) (*Job, error) {
 	return decodeJob(env)
 }
 
-// asynqTask returns the asynq task of a job for its hand-over to the
-// shard's asynq queue, and the options asynq's Client enqueues it with:
-// the one place that says what sluice writes into asynq. The task id is
-// the entry's (Job.taskID), so that writing it again is refused
-// (asynq.ErrTaskIDConflict). retention keeps it once done
-// (ServerConfig.Retention).
-func asynqTask(j *Job, env []byte, queue string, retention time.Duration) (*asynq.Task, []asynq.Option) {
+// The numbers of the fields of asynq's TaskMessage that the hand-over
+// writes (asynq's internal/proto/asynq.proto, v0.26.0).
+const (
+	fieldType      = 1 // string
+	fieldPayload   = 2 // bytes: the job's envelope
+	fieldID        = 3 // string: the task id
+	fieldQueue     = 4 // string
+	fieldRetry     = 5 // int32: the retries left
+	fieldTimeout   = 8 // int64: seconds
+	fieldRetention = 12
+)
+
+// taskMessage returns asynq's TaskMessage of a task, byte for byte what
+// asynq's Client writes for it: the one place that says what sluice
+// writes into asynq, called at the hand-over only (nothing of asynq's
+// format is stored in the waiting room). TestAsynqReadsHandedOverTasks
+// reads it back with asynq's Inspector and TestHandOverWritesWhatAsynqWrites
+// compares it with asynq's Client: an asynq upgrade that changes the
+// format fails them, and no stored job needs migrating.
+func taskMessage(typ string, payload []byte, id, queue string, retry int, timeout, retention time.Duration) []byte {
+	b := make([]byte, 0, len(payload)+len(typ)+len(id)+len(queue)+32)
+	str := func(num protowire.Number, s string) {
+		if s != "" {
+			b = protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+		}
+	}
+	num := func(num protowire.Number, v int64) {
+		if v != 0 {
+			b = protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), uint64(v))
+		}
+	}
+	str(fieldType, typ)
+	str(fieldPayload, string(payload))
+	str(fieldID, id)
+	str(fieldQueue, queue)
+	num(fieldRetry, int64(retry))
+	num(fieldTimeout, int64(timeout/time.Second))
+	num(fieldRetention, int64(retention/time.Second))
+	return b
+}
+
+// jobMessage is the TaskMessage of a job's hand-over to the shard's asynq
+// queue: its type, its envelope as the payload, the entry's task id (so
+// that writing it again is refused), its retries left and its timeout.
+func jobMessage(j *Job, env []byte, queue string, retention time.Duration) []byte {
 	// One retry more than the job has left: asynq archives a task whose
 	// retries are used up even after an error that is no failure (a
 	// throttle Redis could not answer), and a worker that died; process
 	// archives the job itself when its last allowed run fails.
 	retry := max(j.maxRetry()-j.retried, 0) + 1
-	opts := []asynq.Option{asynq.TaskID(j.taskID()), asynq.Queue(queue), asynq.MaxRetry(retry), asynq.Timeout(j.timeout())}
-	if retention >= time.Second {
-		opts = append(opts, asynq.Retention(retention))
-	}
-	return asynq.NewTask(j.Type, env), opts
+	return taskMessage(j.Type, env, j.taskID(), queue, retry, j.timeout(), retention)
 }

@@ -76,6 +76,10 @@ func TestEntryHeaderReadByName(t *testing.T) {
 		if _, err := s.claim(ctx, s.disp[0]); err != nil {
 			t.Fatal(err)
 		}
+		// The running dispatcher lists the queue for asynq; claim does not.
+		if err := client.SAdd(ctx, "asynq:queues", k.queue).Err(); err != nil {
+			t.Fatal(err)
+		}
 		ti, err := asynq.NewInspectorFromRedisClient(client).GetTaskInfo(k.queue, task)
 		if err != nil || string(ti.Payload) != msg || ti.State != asynq.TaskStatePending {
 			t.Fatalf("asynq's task %s: %+v, %v; want the entry's envelope as it is, pending", task, ti, err)

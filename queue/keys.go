@@ -43,9 +43,9 @@ type keys struct {
 	// encoded tenant to its sequence (inspect.go).
 	jobs                    string
 	tenantPrefix, admPrefix string
-	// asynqPending is asynq's pending list, which the claims read (the
-	// prefetch) and asynq's Client writes.
-	asynqPending string
+	// asynqPending is asynq's pending list; asynqTask prefixes task ids
+	// (the hand-over writes both: queue_handed.lua).
+	asynqPending, asynqTask string
 }
 
 func newKeys(prefix, queue string) keys {
@@ -72,6 +72,7 @@ func newKeys(prefix, queue string) keys {
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
+		asynqTask:    "asynq:{" + queue + "}:t:",
 	}
 }
 

@@ -214,7 +214,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: fullRecheckPolls * cfg.PollInterval, leaseRecheck: leaseRecheck,
 		shares: newShares(cfg.KeyShare, cfg.Concurrency, time.Second), alive: newInflight(cfg.Prefix, cfg.Queue, cfg.DeadAfter),
-		asynq: asynq.NewClientFromRedisClient(client), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics,
+		shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics,
 		wake: newIdleWake(cfg.Prefix, cfg.Queue)}
 	pending := map[string]bool{} // for parkingClient
 	s.forget = newForgetter(client, s.shards)

@@ -13,15 +13,14 @@
 --
 -- A job is taken for the hand-over by moving its entry, as it is, from
 -- its tenant's list to the handing set, and its recorded id from the ids
--- hash to the held set. No script writes asynq's keys: the dispatcher
--- (queue.Server.handOver) writes each taken job's task with asynq's own
--- Client, under the task id of the entry, then clears the entries from
--- the handing set (queue_handed.lua), which takes them out of the waiting
--- room's depth and class counts. Until then the bound counts them twice
--- (in the depth, and once written, in asynq's pending list): never less
--- than what waits. An entry left in the handing set by a dispatcher that
--- died is taken again by a later claim (queue_claim.lua), and written
--- again: asynq refuses a task id it holds, so that is done once.
+-- hash to the held set. The dispatcher then builds each taken job's
+-- asynq TaskMessage (queue.taskMessage) and queue_handed.lua writes the
+-- tasks, clears the entries from the handing set and takes them out of
+-- the waiting room's depth and class counts, in one step; no script
+-- reads asynq's message. An entry left in the handing set by a
+-- dispatcher that died between the two steps is taken again by a later
+-- claim (queue_claim.lua), and queue_handed.lua skips a task asynq holds
+-- already, so it is handed over once.
 -- Uses prelude.lua (int).
 
 -- An entry (queue.entry; docs/queue.md, Entries) is a header line, then
