@@ -15,13 +15,12 @@ import (
 	"github.com/sluicehq/sluice/internal/scripts"
 )
 
-// BenchmarkClaimScript measures the claim script in the steady state of a
-// busy worker: before each claim asynq's workers have taken the batch
-// before it, and the claim hands over a batch of jobs from tenants tenants. It
-// reports redis-server's own time per job handed over (INFO commandstats):
-// the cost of moving a job from the waiting room into asynq, to set beside
-// the cost of putting it there with asynq's Client (BenchmarkEnqueueScript's
-// asynq-redis-µs/job). With marked, every job names a downstream and
+// BenchmarkClaimScript measures the scripts of the hand-over in the steady
+// state of a busy worker: a claim takes a batch of jobs from tenants
+// tenants, and the clearing script ends their hand-over. It reports
+// redis-server's own time per job (INFO commandstats): the cost of taking
+// a job out of the waiting room, to add to the cost of writing its task
+// with asynq's Client (BenchmarkEnqueueScript's asynq-redis-µs/job). With marked, every job names a downstream and
 // another downstream is marked full, so that the claim checks each job's
 // marks (and finds none).
 func BenchmarkClaimScript(b *testing.B) {
@@ -47,25 +46,21 @@ func benchClaim(b *testing.B, tenants, batch int, marked bool) {
 	k := p.shards[0]
 	claim := func() []any {
 		v, err := scripts.QueueClaim.Run(ctx, client,
-			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
-			batch, k.tenantPrefix, "", batch, k.asynqTask, "", idHold.Microseconds()).Slice()
+			[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held, k.handing},
+			batch, k.tenantPrefix, "", batch, idHold.Microseconds(), handingStale.Microseconds()).Slice()
 		if err != nil {
 			b.Fatal(err)
 		}
 		return v
 	}
-	// dequeue plays asynq's worker: it takes the pending tasks and marks
-	// them active.
-	dequeue := func() {
-		ids, err := client.LPopCount(ctx, k.asynqPending, 1000).Result()
-		if err != nil && err != redis.Nil {
-			b.Fatal(err)
+	// cleared plays the dispatcher's second step, without asynq: the
+	// entries leave the handing set (queue_handed.lua).
+	cleared := func(entries []any) {
+		args := make([]any, 0, 2*len(entries))
+		for _, e := range entries {
+			args = append(args, e, defaultClass)
 		}
-		pipe := client.Pipeline()
-		for _, id := range ids {
-			pipe.HSet(ctx, k.asynqTask+id, "state", "active")
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		if err := scripts.QueueHanded.Run(ctx, client, []string{k.handing, k.meta, k.cdepth}, args...).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,15 +86,15 @@ func benchClaim(b *testing.B, tenants, batch int, marked bool) {
 				}
 			}
 		}
-		dequeue()
 		before := evalUsec(b, client)
 		b.StartTimer()
 		v := claim()
-		b.StopTimer()
-		usec += evalUsec(b, client) - before
 		if v[0] != claimTaken {
 			b.Fatalf("claim: %v", v)
 		}
+		cleared(v[4:])
+		b.StopTimer()
+		usec += evalUsec(b, client) - before
 		handed += v[1].(int64)
 		b.StartTimer()
 	}

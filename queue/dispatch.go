@@ -1,10 +1,15 @@
 package queue
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/sluicehq/sluice/internal/scripts"
 )
@@ -69,8 +74,8 @@ func (s *Server) dispatchLoop(ctx context.Context, d *dispatcher) {
 
 // The claim script's replies (queue_claim.lua).
 const (
-	claimTaken = "taken" // {"taken", n, next, wait µs or -1}
-	claimJunk  = "junk"  // {"junk", tenant, text}
+	claimTaken = "taken" // {"taken", n, next, wait µs or -1, entry...}
+	claimJunk  = "junk"  // {"junk", tenant, text, entry...}
 	claimIdle  = "idle"  // {"idle", wait µs or -1}
 	claimFull  = "full"  // {"full", pending}
 
@@ -78,45 +83,99 @@ const (
 	nextFull = "full" // the prefetch is full: the workers' starts wake us
 )
 
-// claim hands a batch of d's shard's jobs to asynq. It returns how long
-// to wait before the next attempt (0: go on at once).
+// claim takes a batch of d's shard's jobs for the hand-over and hands
+// them to asynq (handOver). It returns how long to wait before the next
+// attempt (0: go on at once).
 func (s *Server) claim(ctx context.Context, d *dispatcher) (time.Duration, error) {
 	k := d.keys
 	d.startedHere.Store(0)
 	v, err := scripts.QueueClaim.Run(ctx, s.client,
-		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held},
-		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, k.asynqTask, s.retention, idHold.Microseconds()).Slice()
+		[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held, k.handing},
+		d.prefetch, k.tenantPrefix, s.cfg.now(), claimBatch, idHold.Microseconds(), handingStale.Microseconds()).Slice()
 	if err != nil {
 		return 0, err
 	}
-	if len(v) < 2 {
+	status, _ := v[0].(string)
+	if len(v) < 2 || (status == claimJunk && len(v) < 3) || (status == claimTaken && len(v) < 4) {
 		return 0, fmt.Errorf("sluice: claim: unexpected reply %v", v)
 	}
-	switch status, _ := v[0].(string); status {
+	switch status {
 	case claimFull:
 		return s.fullRecheck, nil
 	case claimIdle:
 		return s.pollWait(v[1]), nil
 	case claimJunk:
+		if err := s.handOver(ctx, k, v[3:]); err != nil {
+			return 0, err
+		}
 		enc, _ := v[1].(string)
 		text, _ := v[2].(string)
 		return 0, s.handOverUndecodable(ctx, k, enc, text)
 	case claimTaken:
-		n, _ := v[1].(int64)
-		s.metrics.handed.Add(float64(n))
+		if err := s.handOver(ctx, k, v[4:]); err != nil {
+			return 0, err
+		}
 		switch next, _ := v[2].(string); next {
 		case nextNow:
 			return 0, nil
 		case nextFull:
 			return s.fullRecheck, nil
 		}
-		if len(v) < 4 {
-			return s.cfg.PollInterval, nil
-		}
 		return s.pollWait(v[3]), nil
 	default:
 		return 0, fmt.Errorf("sluice: claim: unknown reply %q", status)
 	}
+}
+
+// handOver writes the asynq tasks of entries a claim took (queue_claim.lua)
+// with asynq's Client, in the claim's order, then clears them from the
+// shard's handing set (queue_handed.lua). A task asynq holds already (a
+// claim took its entry again after a dispatcher died between the two
+// steps) counts as written. An entry whose task could not be written
+// stays in the handing set, for a later claim to take again after
+// handingStale: none is lost.
+func (s *Server) handOver(ctx context.Context, k keys, entries []any) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	done := make([]any, 0, 2*len(entries))
+	var failed error
+	for _, e := range entries {
+		it, _ := e.(string)
+		task, opts := s.taskOf(it, k.queue)
+		_, err := s.asynq.EnqueueContext(ctx, task, opts...)
+		if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+			failed = err
+			break // Redis unreachable, most likely: the rest wait too
+		}
+		h, _, _ := readEntry(it)
+		done = append(done, it, cmp.Or(h.class, defaultClass))
+	}
+	if len(done) > 0 {
+		if err := scripts.QueueHanded.Run(context.WithoutCancel(ctx), s.client, []string{k.handing, k.meta, k.cdepth}, done...).Err(); err != nil {
+			// The tasks are in asynq; a later claim takes their entries
+			// again, and finds them there.
+			return fmt.Errorf("sluice: clearing %d jobs handed to asynq: %w", len(done)/2, err)
+		}
+		s.metrics.handed.Add(float64(len(done) / 2))
+	}
+	if failed != nil {
+		return fmt.Errorf("sluice: handing %d of %d jobs to asynq (they are handed again after %v): %w", len(entries)-len(done)/2, len(entries), handingStale, failed)
+	}
+	return nil
+}
+
+// taskOf returns the asynq task of an entry (asynqTask), or for an entry
+// whose envelope is not a job's, or that handOverUndecodable wrote (its
+// task id names no tenant), a task of undecodableType whose payload is
+// that text, for the worker to refuse and asynq to archive.
+func (s *Server) taskOf(it, queue string) (*asynq.Task, []asynq.Option) {
+	h, env, _ := readEntry(it)
+	scoped, _, _ := strings.Cut(h.task, "@")
+	if job, err := decodeJob(env); err == nil && strings.Contains(scoped, "/") {
+		return asynqTask(job, env, queue, s.cfg.Retention)
+	}
+	return asynq.NewTask(undecodableType, env), []asynq.Option{asynq.TaskID(h.task), asynq.Queue(queue), asynq.MaxRetry(0)}
 }
 
 // pollWait is how long a dispatcher waits before its next claim when the
@@ -131,32 +190,29 @@ func (s *Server) pollWait(us any) time.Duration {
 	return wait
 }
 
-// take runs queue_take.lua: it hands over the claimed text at the head of
-// a tenant's list, or in (if given) in its place, unless another
-// dispatcher took it first.
-func (s *Server) take(ctx context.Context, k keys, enc, claimed string, in ...any) (bool, error) {
-	taken, err := scripts.QueueTake.Run(ctx, s.client,
-		[]string{k.tenantPrefix + enc, k.meta, k.cdepth, k.ids, k.asynqPending, k.held},
-		append([]any{claimed, s.cfg.now(), k.asynqTask, s.retention, idHold.Microseconds()}, in...)...).Int()
-	return taken == 1, err
-}
-
 // undecodableType is the task type under which text found in a tenant's
 // list that is no entry is handed to asynq.
 const undecodableType = "sluice.undecodable"
 
-// handOverUndecodable hands text at the head of a tenant's list that is no
-// entry to asynq in its place, as the payload of a task that the worker
-// refuses and asynq archives, rather than let it stop every claim behind
-// it.
+// handOverUndecodable hands text at the head of a tenant's list that is
+// no entry to asynq in its place (queue_take.lua), as the payload of a
+// task that the worker refuses and asynq archives, rather than let it
+// stop every claim behind it. An entry stored by an older sluice
+// (errOldEntry) is refused so, loudly.
 func (s *Server) handOverUndecodable(ctx context.Context, k keys, enc, text string) error {
 	j := Job{ID: "undecodable-" + randomHex(8), nonce: randomHex(8)}
-	task := j.taskID()
-	in := entry(defaultClass, "", task, 1, taskMessage(undecodableType, []byte(text), task, k.queue, 0, int64(j.timeout()/time.Second)))
-	if taken, err := s.take(ctx, k, enc, text, in); !taken {
+	in := entry(defaultClass, "", j.taskID(), 1, []byte(text))
+	taken, err := scripts.QueueTake.Run(ctx, s.client, []string{k.tenantPrefix + enc, k.handing}, text, s.cfg.now(), in).Int()
+	if taken != 1 {
 		return err
 	}
-	s.log.Warn("sluice: dispatcher: text in a tenant's list is no job; handed to asynq to archive",
-		"queue", k.queue, "task", j.taskID())
+	if err := s.handOver(ctx, k, []any{in}); err != nil {
+		return err
+	}
+	why := "text in a tenant's list is no job"
+	if strings.HasPrefix(text, oldEntryMarker) {
+		why = errOldEntry.Error()
+	}
+	s.log.Error("sluice: dispatcher: "+why+"; handed to asynq to archive", "queue", k.queue, "task", j.taskID())
 	return nil
 }

@@ -433,7 +433,7 @@ func TestBoundCountsAsynqPending(t *testing.T) {
 		if err := client.LRem(ctx, p.shards[0].asynqPending, 1, task["j0"]).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := client.HSet(ctx, p.shards[0].asynqTask+task["j0"], "state", "active").Err(); err != nil {
+		if err := client.HSet(ctx, asynqTaskKey(p.shards[0], task["j0"]), "state", "active").Err(); err != nil {
 			t.Fatal(err)
 		}
 		// The running dispatcher lists the queue for asynq; this test's

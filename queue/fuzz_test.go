@@ -734,18 +734,18 @@ func TestNonUTF8TenantIsRefused(t *testing.T) {
 // Job.item writes decodes to the job it was written from.
 func FuzzDecodeItem(f *testing.F) {
 	good := Job{ID: "a", nonce: "00ff00ff00ff00ff", Tenant: "t", Type: "x", Payload: []byte("p"), class: "gold"}
-	it, err := good.item("q")
+	it, err := good.item()
 	if err != nil {
 		f.Fatal(err)
 	}
 	plain := good
 	plain.class = "default"
-	msg, err := plain.item("q")
+	msg, err := plain.item()
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := "sluice/1\tclass=c\ttask=sluice:a@b:0\n"
-	for _, seed := range []string{it, msg, "sluice/1\t", "sluice/1\tclass=c\n", h, h + "\x12\x7f{}",
+	h := "sluice/2\tclass=c\ttask=sluice:a@b:0\n"
+	for _, seed := range []string{it, msg, "sluice/2\t", "sluice/2\tclass=c\n", "sluice/1\tclass=c\ttask=sluice:a@b:0\n{}", h, h + "\x12\x7f{}",
 		`{"id":"a","tenant":"t","type":"x"}`, "\x0a", h + "\x0a\x01x\x12\x7f{}", h + "\x12\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
 		h + "\x0d\x01\x02\x03\x04\x12\x02{}", h + "\x4a\x03abc"} {
 		f.Add(seed)

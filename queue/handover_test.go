@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -20,85 +19,97 @@ import (
 	"github.com/sluicehq/sluice/throttle"
 )
 
-// TestHandOverWritesWhatAsynqWrites: a job handed over by the waiting
-// room's scripts is stored exactly as asynq's own Client.Enqueue stores
-// the same task (the TaskMessage's bytes, its state, its place in the
-// pending list), for jobs that use every field the hand-over sets: the
-// defaults, no retries, retries used up, timeouts under a second and of
-// hours, later hand-overs, payloads whose lengths take one to three
-// bytes to write. A change of asynq's storage fails here first.
-func TestHandOverWritesWhatAsynqWrites(t *testing.T) {
-	jobs := []Job{
-		{ID: "defaults", Tenant: "a", Type: "x"},
-		{ID: "no-retry", Tenant: "a", Type: "sluice.http", MaxRetry: -1, Payload: []byte(`{"url":"https://api.example.com/"}`)},
-		{ID: "retried", Tenant: "tenant with spaces", Type: "y", MaxRetry: 3, retried: 5, moves: 2},
-		{ID: "part-retried", Tenant: "a", Type: "y", MaxRetry: 10, retried: 4, moves: 130},
-		{ID: "short", Tenant: "a", Type: "z", Timeout: 500 * time.Millisecond, Payload: bytes.Repeat([]byte("p"), 200)},
-		{ID: "long", Tenant: "a", Type: "z", Timeout: 26 * time.Hour, Payload: bytes.Repeat([]byte("q"), 20000)},
-		{ID: "nine-s", Tenant: "a", Type: "z", Timeout: 9999 * time.Millisecond, Downstream: "shop", Cost: 3},
-	}
+// TestHandOverSurvivesDeathBetweenSteps: a dispatcher that died after its
+// claim took jobs for the hand-over (before or after it wrote their asynq
+// tasks, before it cleared them) loses none and runs none twice: a later
+// claim takes the entries again once handingStale has passed, asynq's
+// Client writes each task once (a task it holds already is refused by its
+// id), and the counts end at zero.
+func TestHandOverSurvivesDeathBetweenSteps(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
-		cfg, p := testProducer(t, client, 100)
+		cfg := testConfig(t, 100)
+		clock := &fakeClock{}
+		cfg.clock = clock.now
+		p, err := NewProducer(client, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		k := p.shards[0]
-		ac := asynq.NewClientFromRedisClient(client)
-		defer ac.Close()
-		for i, job := range jobs {
-			for _, retention := range []time.Duration{0, time.Hour} {
-				job.nonce = fmt.Sprintf("%016x", i)
-				job.enqueuedAt = time.Now().UTC()
-				job.class = "default"
-				if i%2 == 1 {
-					job.class = "gold"
-				}
-				env, err := job.encode()
-				if err != nil {
-					t.Fatal(err)
-				}
-				item, err := job.item(cfg.Queue)
-				if err != nil {
-					t.Fatal(err)
-				}
-				task := job.taskID()
-				_, list, _ := k.tenant(job.Tenant)
-				if err := client.RPush(ctx, list, item).Err(); err != nil {
-					t.Fatal(err)
-				}
-				taken, err := scripts.QueueTake.Run(ctx, client, []string{list, k.meta, k.cdepth, k.ids, k.asynqPending},
-					item, "", k.asynqTask, retentionField(retention)).Int()
-				if err != nil || taken != 1 {
-					t.Fatalf("take %s: %d, %v", job.ID, taken, err)
-				}
-				ours := takeTask(t, client, k, task)
-				if ours["state"] != "pending" || len(ours) != 3 || ours["pending_since"] == "" {
-					t.Errorf("job %s: task hash %v", job.ID, ours)
-				}
-				if got, err := decodeItem(item); err != nil || got.ID != job.ID || got.moves != job.moves || !bytes.Equal(got.Payload, job.Payload) {
-					t.Errorf("decodeItem(item of %s): %+v, %v", job.ID, got, err)
-				}
-
-				retry := max(job.maxRetry()-job.retried, 0) + 1 // one spare (see item)
-				opts := []asynq.Option{asynq.Queue(cfg.Queue), asynq.TaskID(task), asynq.MaxRetry(retry), asynq.Timeout(job.timeout())}
-				if retention > 0 {
-					opts = append(opts, asynq.Retention(retention))
-				}
-				if _, err := ac.EnqueueContext(ctx, asynq.NewTask(job.Type, []byte(env)), opts...); err != nil {
-					t.Fatal(err)
-				}
-				theirs := takeTask(t, client, k, task)
-				if ours["msg"] != theirs["msg"] {
-					t.Errorf("job %s, retention %v: msg\n%q\nasynq's Client writes\n%q", job.ID, retention, ours["msg"], theirs["msg"])
-				}
-				if len(ours["pending_since"]) != len(theirs["pending_since"]) {
-					t.Errorf("job %s: pending_since %q; asynq's Client writes %q", job.ID, ours["pending_since"], theirs["pending_since"])
-				}
-				if theirs["state"] != "pending" || len(theirs) != 3 {
-					t.Errorf("job %s: asynq's Client writes %v", job.ID, theirs)
-				}
+		for i := range 6 {
+			if _, err := p.Enqueue(ctx, Job{ID: fmt.Sprintf("j%d", i), Tenant: fmt.Sprintf("t%d", i%2), Type: "x"}); err != nil {
+				t.Fatal(err)
 			}
+		}
+		s, err := NewServer(client, &ServerConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claimOnly := func() []any {
+			v, err := scripts.QueueClaim.Run(ctx, client,
+				[]string{k.ring, k.sleep, k.members, k.weights, k.turns, k.meta, k.cdepth, k.ids, k.asynqPending, k.why, k.later, k.ldepth, k.full, k.held, k.handing},
+				100, k.tenantPrefix, s.cfg.now(), claimBatch, idHold.Microseconds(), handingStale.Microseconds()).Slice()
+			if err != nil || v[0] != claimTaken {
+				t.Fatalf("claim: %v, %v", v, err)
+			}
+			return v[4:]
+		}
+		// A dispatcher takes all six and dies; another wrote the tasks of
+		// three of them and died before it cleared them.
+		taken := claimOnly()
+		if len(taken) != 6 {
+			t.Fatalf("the claim took %d entries; want 6", len(taken))
+		}
+		for _, it := range taken[:3] {
+			task, opts := s.taskOf(it.(string), k.queue)
+			if _, err := s.asynq.EnqueueContext(ctx, task, opts...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Before handingStale, no claim takes them again.
+		if wait, err := s.claim(ctx, s.disp[0]); err != nil || wait == 0 {
+			t.Fatalf("a claim before handingStale: %v, %v; want idle", wait, err)
+		}
+		if n, err := client.ZCard(ctx, k.handing).Result(); err != nil || n != 6 {
+			t.Fatalf("handing set holds %d, %v; want 6", n, err)
+		}
+		clock.advance(handingStale + time.Second)
+		if _, err := s.claim(ctx, s.disp[0]); err != nil {
+			t.Fatal(err)
+		}
+		ins := asynq.NewInspectorFromRedisClient(client)
+		pending, err := ins.ListPendingTasks(k.queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]int{}
+		for _, ti := range pending {
+			job, err := decodeJob(ti.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[job.ID]++
+		}
+		for i := range 6 {
+			if id := fmt.Sprintf("j%d", i); seen[id] != 1 {
+				t.Errorf("job %s is in asynq %d times; want once (%v)", id, seen[id], seen)
+			}
+		}
+		if len(pending) != 6 {
+			t.Errorf("asynq holds %d pending tasks; want 6", len(pending))
+		}
+		st, err := p.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := client.ZCard(ctx, k.handing).Result(); n != 0 || st.Depth != 6 || st.HandedOver != 6 || len(st.ByClass) != 0 {
+			t.Errorf("after the hand-over: handing %d, stats %+v; want 0, depth 6 (all handed over)", n, st)
 		}
 	})
 }
+
+// asynqTaskKey is the key of asynq's hash of a task of the shard k.
+func asynqTaskKey(k keys, id string) string { return "asynq:{" + k.queue + "}:t:" + id }
 
 // testProducer returns a waiting room of t's own (testConfig) and its
 // Producer on client.
@@ -160,25 +171,6 @@ func handOverAll(t *testing.T, client redis.UniversalClient, cfg Config, p *Prod
 		}
 	}
 	return s, pending
-}
-
-// takeTask returns the hash of asynq task id and deletes it, checking that
-// it is the only task in the queue's pending list.
-func takeTask(t *testing.T, client redis.UniversalClient, k keys, id string) map[string]string {
-	t.Helper()
-	ctx := context.Background()
-	h, err := client.HGetAll(ctx, k.asynqTask+id).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending, err := client.LRange(ctx, k.asynqPending, 0, -1).Result()
-	if err != nil || len(pending) != 1 || pending[0] != id {
-		t.Fatalf("pending list %q, %v; want [%s]", pending, err, id)
-	}
-	if err := client.Del(ctx, k.asynqTask+id, k.asynqPending).Err(); err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 // claimHook counts the queue_claim calls a client makes.
@@ -374,20 +366,21 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 	// throttle, the dispatcher cannot read it to check the downstream it
 	// names, and takes it unchecked.
 	noTenant := `{"id":"no-tenant","type":"x","downstream":"api"}`
-	// An entry as sluice wrote them before the header named its fields
-	// (class TAB offset:length of the task id TAB message) is no entry
-	// either.
-	oldMsg := string(taskMessage("x", []byte(`{"id":"old","tenant":"a","type":"x"}`), "sluice:=a/old@00:0", cfg.Queue, 1, 1800))
-	old := fmt.Sprintf("default\t%d:%d\t%s", strings.Index(oldMsg, "sluice:"), len("sluice:=a/old@00:0"), oldMsg)
+	// An entry as sluice wrote them before v2, asynq's task inside, is
+	// refused (errOldEntry).
+	old := "sluice/1\tclass=x\ttask=sluice:=a/old@00:0\n\x0a\x01x\x12\x02{}"
 	noTenantTask := "sluice:no-tenant@00:0"
+	// The text of an entry whose envelope is no job's is handed over as
+	// it is (taskOf), the others whole (handOverUndecodable).
+	noJob := []string{"msg", noTenant}
 	bad := []string{"not json", `{"id":"a","tenant":"a","type":"x"}`, `[1,2]`,
 		"\x0a", "\x0a\x01x\x12\x02{}\x1a\x0bsluice:a@b:0", old,
-		"sluice/1\tclass=x\ttask=sluice:ab\nmsg", "sluice/1\tclass=x\ttask=sluice:@bc\nmsg",
-		"sluice/1\tclass=\ttask=sluice:a@b:0\nmsg", "sluice/1\ttask=sluice:a@b:0\nmsg",
-		"sluice/1\tclass=x\nmsg", "sluice/1\tclass=x\ttask=sluice:a@b:0", "sluice/2\tclass=x\ttask=sluice:a@b:0\nmsg",
-		"sluice/1class=x\ttask=sluice:a@b:0\nmsg", "sluice/1\tclass=x\tmytask=sluice:a@b:0\nmsg",
-		entry(defaultClass, "api", noTenantTask, 1, taskMessage("x", []byte(noTenant), noTenantTask, cfg.Queue, 0, 1800))}
-	want := append(bad[:len(bad)-1:len(bad)-1], noTenant)
+		"sluice/2\tclass=x\ttask=sluice:ab\nmsg", "sluice/2\tclass=x\ttask=sluice:@bc\nmsg",
+		"sluice/2\tclass=\ttask=sluice:a@b:0\nmsg", "sluice/2\ttask=sluice:a@b:0\nmsg",
+		"sluice/2\tclass=x\nmsg", "sluice/2\tclass=x\ttask=sluice:a@b:0", "sluice/3\tclass=x\ttask=sluice:a@b:0\nmsg",
+		"sluice/2class=x\ttask=sluice:a@b:0\nmsg", "sluice/2\tclass=x\tmytask=sluice:a@b:0\nmsg",
+		"sluice/2\tclass=x\ttask=sluice:a@b:0\n" + noJob[0], entry(defaultClass, "api", noTenantTask, 1, []byte(noJob[1]))}
+	want := append(bad[:len(bad)-2:len(bad)-2], noJob...)
 	if _, err := p.Enqueue(ctx, Job{ID: "before", Tenant: "a", Type: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +422,7 @@ func testUndecodableEntryArchived(t *testing.T, client redis.UniversalClient, wi
 		if !strings.HasPrefix(ti.ID, "sluice:") || ti.LastErr == "" {
 			t.Errorf("archived task %s (type %s, error %q)", ti.ID, ti.Type, ti.LastErr)
 		}
-		if string(ti.Payload) != noTenant && ti.Type != undecodableType {
+		if ti.Type != undecodableType {
 			t.Errorf("archived task %s of type %s; want %s", ti.ID, ti.Type, undecodableType)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +15,7 @@ import (
 // read by name on both sides: Go decodes its job, and the claim takes
 // its downstream from the header (a tenant whose downstream is marked
 // full sleeps, its job left in its list), then, the mark gone, hands it
-// over with its class and task id, copying its message as it is.
+// over with its class and task id, its envelope the task's payload.
 func TestEntryHeaderReadByName(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		ctx := context.Background()
@@ -30,7 +31,7 @@ func TestEntryHeaderReadByName(t *testing.T) {
 			t.Fatal(err)
 		}
 		task := j.taskID()
-		msg := string(taskMessage(j.Type, []byte(env), task, cfg.Queue, 2, 1800))
+		msg := env
 		it := entryMarker + "\tdownstream=api\tnote=written by hand\ttask=" + task + "\tclass=gold\n" + msg
 
 		if h, m, ok := readEntry(it); !ok || h != (header{class: "gold", downstream: "api", task: task}) || string(m) != msg {
@@ -75,9 +76,9 @@ func TestEntryHeaderReadByName(t *testing.T) {
 		if _, err := s.claim(ctx, s.disp[0]); err != nil {
 			t.Fatal(err)
 		}
-		got := takeTask(t, client, k, task)
-		if got["msg"] != msg+s.retention || got["state"] != "pending" {
-			t.Fatalf("asynq's task %s: %q; want the entry's message as it is, pending", task, got)
+		ti, err := asynq.NewInspectorFromRedisClient(client).GetTaskInfo(k.queue, task)
+		if err != nil || string(ti.Payload) != msg || ti.State != asynq.TaskStatePending {
+			t.Fatalf("asynq's task %s: %+v, %v; want the entry's envelope as it is, pending", task, ti, err)
 		}
 		if n, err := client.LLen(ctx, list).Result(); err != nil || n != 0 {
 			t.Fatalf("%d entries left in the list (%v)", n, err)

@@ -32,12 +32,16 @@ type keys struct {
 	// held holds the ids of jobs handed over and not started yet, until
 	// when (sorted set; docs/queue.md, Job ids).
 	held string
+	// handing holds the entries taken for the hand-over to asynq and not
+	// cleared yet, by when they were taken (queue_handover.lua).
+	handing string
 	// ticks maps each periodic job's schedule whose tenant lives in the
 	// shard to the last tick claimed (µs; Producer.EnqueueTick).
 	ticks                   string
 	tenantPrefix, admPrefix string
-	// asynqPending is asynq's pending list; asynqTask prefixes task ids.
-	asynqPending, asynqTask string
+	// asynqPending is asynq's pending list, which the claims read (the
+	// prefetch) and asynq's Client writes.
+	asynqPending string
 }
 
 func newKeys(prefix, queue string) keys {
@@ -58,11 +62,11 @@ func newKeys(prefix, queue string) keys {
 		ldepth:       k("ldepth"),
 		full:         k("full"),
 		held:         k("held"),
+		handing:      k("handing"),
 		ticks:        k("ticks"),
 		tenantPrefix: k("t") + ":",
 		admPrefix:    k("adm") + ":",
 		asynqPending: "asynq:{" + queue + "}:pending",
-		asynqTask:    "asynq:{" + queue + "}:t:",
 	}
 }
 

@@ -258,7 +258,7 @@ func (p *Producer) enqueue(ctx context.Context, job Job, schedule string, tick t
 	job.class = cmp.Or(tp.Class, defaultClass)
 	weight := min(max(tp.Weight, 1), 100)
 	k, enc, list, _ := p.shards.tenant(job.Tenant) // validate refused an empty tenant, Encode's only error
-	item, err := job.item(k.queue)
+	item, err := job.item()
 	if err != nil {
 		return Receipt{}, invalid("%v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,9 +136,9 @@ type Server struct {
 	cfg    ServerConfig
 	shards shards
 	// disp are the dispatchers, one a shard.
-	disp      []*dispatcher
-	retention string   // cfg.Retention, encoded (retentionField)
-	metrics   *Metrics // cfg.Metrics, or collectors registered nowhere
+	disp    []*dispatcher
+	asynq   *asynq.Client // writes the tasks of the jobs handed over (handOver)
+	metrics *Metrics      // cfg.Metrics, or collectors registered nowhere
 	// srv are asynq's servers, Concurrency shared between them (takers).
 	srv    []*asynq.Server
 	log    *slog.Logger
@@ -201,7 +202,7 @@ func NewServer(client redis.UniversalClient, opts *ServerConfig) (*Server, error
 	s := &Server{client: client, cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()),
 		fullRecheck: fullRecheckPolls * cfg.PollInterval, leaseRecheck: leaseRecheck,
 		shares: newShares(cfg.KeyShare, cfg.Concurrency, time.Second), alive: newInflight(cfg.Prefix, cfg.Queue, cfg.DeadAfter),
-		retention: retentionField(cfg.Retention), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
+		asynq: asynq.NewClientFromRedisClient(client), shards: newShards(cfg.Prefix, cfg.Queue, cfg.Shards), metrics: cfg.Metrics}
 	queues := map[string]int{}
 	for i, k := range s.shards {
 		// Each shard's share of the prefetch, and a quarter of it
@@ -258,6 +259,9 @@ func (s *Server) Start(h Handler) error {
 	run := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		if t.Type() == undecodableType { // see handOverUndecodable
 			s.left(ctx)
+			if strings.HasPrefix(string(t.Payload()), oldEntryMarker) {
+				return fmt.Errorf("%w: %v", asynq.SkipRetry, errOldEntry)
+			}
 			return fmt.Errorf("%w: text found in a tenant's list that is no job", asynq.SkipRetry)
 		}
 		return s.process(ctx, t, h)
@@ -615,7 +619,7 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 		hold = record
 	}
 	k, enc, list, _ := s.shards.tenant(job.Tenant) // decodeJob refused an empty tenant, Encode's only error
-	item, err := job.item(k.queue)
+	item, err := job.item()
 	if err != nil {
 		return err
 	}

@@ -180,9 +180,10 @@ func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // TestThrottledJobsOneDecision: jobs paced by a downstream are handed over
 // in batches while their key has budget, and the worker reserves each
-// job's slot once: about three scripts per job in all (the claim's share,
-// asynq's dequeue, the reservation, asynq's done), where peeking at
-// dispatch, taking alone and reserving again made six.
+// job's slot once: about four scripts per job in all (the claim's and
+// clearing's share, asynq's enqueue at the hand-over, asynq's dequeue,
+// the reservation, asynq's done), where peeking at dispatch, taking alone
+// and reserving again made six.
 func TestThrottledJobsOneDecision(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient) {
 		const n = 300
@@ -206,8 +207,8 @@ func TestThrottledJobsOneDecision(t *testing.T) {
 		waitFor(t, 60*time.Second, "the jobs to run", func() bool { return rec.count() >= n })
 		per := float64(hook.calls.Load()) / n
 		t.Logf("%d throttled jobs, %.2f scripts a job", n, per)
-		if per > 3.5 {
-			t.Fatalf("%.2f scripts a throttled job; want about 3", per)
+		if per > 4.6 {
+			t.Fatalf("%.2f scripts a throttled job; want about 4", per)
 		}
 	})
 }

@@ -61,3 +61,11 @@ const (
 	// backlog gauge (one small pipeline).
 	backlogSampleEvery = 10 * time.Second
 )
+
+// handingStale is how old an entry taken for the hand-over and not
+// cleared may grow before a claim takes it again (queue_claim.lua): its
+// dispatcher died between taking it and writing its asynq task, or could
+// not write it. Long enough that a live dispatcher has written it (its
+// round trips take milliseconds), short enough that a killed worker's
+// batch runs within seconds.
+const handingStale = 15 * time.Second

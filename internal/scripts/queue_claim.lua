@@ -1,5 +1,5 @@
--- Pick tenants with work round-robin (weighted) and hand their oldest jobs
--- to asynq, up to a batch. The worker books each job's throttle slot
+-- Pick tenants with work round-robin (weighted) and take their oldest jobs
+-- for the hand-over to asynq, up to a batch. The worker books each job's throttle slot
 -- (throttle.Wait); a job whose slot is too far away goes
 -- back to the head of its tenant's list (queue_untake.lua), its tenant
 -- asleep until then, and marks its throttle key "full until then" in the
@@ -10,9 +10,9 @@
 -- without being handed over. Tenants whose sleep has ended rejoin the
 -- ring, and jobs for later whose time has come join the tail of their
 -- tenant's list (at most 1,000 a claim); tenants found with no work leave
--- the ring. A taken job is written into asynq in this same step
--- (hand_over) and leaves the waiting room's counts; asynq's pending list
--- holds it until a worker takes it. Text that is no entry stops the
+-- the ring. A taken job's entry moves to the handing set in this same
+-- step (hand_over), and is returned for the dispatcher to write asynq's
+-- task and clear it (queue_handover.lua). Text that is no entry stops the
 -- batch and is shown to the dispatcher, which hands it over in its place
 -- as a task for asynq to archive (queue_take.lua).
 -- KEYS     1 ring, 2 sleeping tenants (sorted set by wake time, µs),
@@ -23,40 +23,52 @@
 --          sleeps (see queue_untake.lua), 11 jobs for later, 12 jobs for
 --          later per tenant (see queue_enqueue.lua), 13 full set
 --          (throttle key -> until when, µs: see queue_untake.lua), 14
---          held ids (see queue_handover.lua)
--- ARGV     1 prefetch (the most tasks asynq's pending list may hold
---          before a claim hands more over), 2 the prefix of the
+--          held ids, 15 handing set (see queue_handover.lua)
+-- ARGV     1 prefetch (the most tasks asynq's pending list and the
+--          handing set may hold before a claim takes more), 2 the prefix of the
 --          tenants' list keys (the tenant's encoded id follows), 3 now in
 --          µs or "" for the server's TIME, 4 the most jobs to take,
---          5 asynq's task key prefix, 6 asynq's TaskMessage field
---          Retention, encoded ("" for none), 7 how long an id stays held
---          at most (µs)
+--          5 how long an id stays held at most (µs), 6 how old (µs) an
+--          entry of the handing set is before a claim takes it again
 -- A job's throttle key is read from its entry's header: the field
 -- downstream (see queue_handover.lua); its marks are <downstream>
 -- for a shared bucket and <downstream>/<encoded tenant> for a tenant's own.
 -- Uses     prelude.lua (int, clock), queue_handover.lua
--- Returns  {"taken", n, next, wait}
---                                  n jobs handed over; next is "now" when
+-- Returns  {"taken", n, next, wait, entry...}
+--                                  n entries to hand over, which follow; next is "now" when
 --                                  the next claim should come at once (the
 --                                  batch was full and the prefetch has
 --                                  room, or the ring was not all seen),
 --                                  "full" when the prefetch is now full,
 --                                  else "poll", with wait as idle's
---          {"junk", tenant, text}  text that is no entry at the head of
---                                  the tenant's list
+--          {"junk", tenant, text, entry...}  text that is no entry at
+--                                  the head of the tenant's list, and the
+--                                  entries taken before it
 --          {"idle", wait}          nothing ready; the next sleeper wakes,
 --                                  or the next job for later is due, in
 --                                  wait µs (-1: none)
 --          {"full", pending}       the prefetch is full
-local H = {meta = KEYS[6], cdepth = KEYS[7], ids = KEYS[8], pending = KEYS[9],
-  held = KEYS[14], taskprefix = ARGV[5], retention = ARGV[6], hold = tonumber(ARGV[7])}
+local H = {ids = KEYS[8], held = KEYS[14], handing = KEYS[15], hold = tonumber(ARGV[5])}
 local now = clock(ARGV[3])
-local handed = redis.call('LLEN', KEYS[9])
+local handed = redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[15])
 local prefetch, batch = tonumber(ARGV[1]), tonumber(ARGV[4])
 local room = math.min(prefetch - handed, batch)
 if room <= 0 then return {'full', handed} end
+-- out: the entries to hand over, in order. Entries a dispatcher took and
+-- never cleared (it died between the two steps) are taken again first,
+-- once older than ARGV 6: their tasks may be in asynq already, which
+-- then refuses them by their task id.
+local out = redis.call('ZRANGEBYSCORE', KEYS[15], '-inf', now - tonumber(ARGV[6]), 'LIMIT', 0, room)
+if #out > 0 then
+  local again = {}
+  for _, e in ipairs(out) do
+    again[#again + 1] = int(now)
+    again[#again + 1] = e
+  end
+  redis.call('ZADD', KEYS[15], unpack(again))
+end
 local woken = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-local n, empties, more = 0, 0, #woken == 1000
+local n, empties, more = #out, 0, #woken == 1000
 if #woken > 0 then
   redis.call('ZREM', KEYS[2], unpack(woken))
   redis.call('HDEL', KEYS[10], unpack(woken))
@@ -146,7 +158,7 @@ while n < room and empties < 32 do
       -- back to the head of the list.
       local stop, junk, wake, why
       for i, h in ipairs(got) do
-        local task, class, msg, lf = read(h)
+        local task, class, lf = read(h)
         if not task then
           stop, junk = i, true
           break
@@ -156,7 +168,8 @@ while n < room and empties < 32 do
           stop, why = i, MARKED
           break
         end
-        hand_over(H, task, class, msg, now)
+        hand_over(H, task, h, now)
+        out[#out + 1] = h
         n = n + 1
       end
       if stop then
@@ -169,7 +182,7 @@ while n < room and empties < 32 do
         at = at - 1
         ring_back()
         flush(H)
-        return {'junk', tenant, got[stop]}
+        return {'junk', tenant, got[stop], unpack(out)}
       end
       if wake then
         -- Asleep until the mark ends: out of the ring.
@@ -211,10 +224,10 @@ local function next_wait()
 end
 if n > 0 or more then
   if more or (n == batch and prefetch - handed > n) then
-    return {'taken', n, 'now', 0}
+    return {'taken', n, 'now', 0, unpack(out)}
   elseif handed + n >= prefetch then
-    return {'taken', n, 'full', 0}
+    return {'taken', n, 'full', 0, unpack(out)}
   end
-  return {'taken', n, 'poll', next_wait()}
+  return {'taken', n, 'poll', next_wait(), unpack(out)}
 end
 return {'idle', next_wait()}

@@ -67,6 +67,7 @@ func init() {
 var (
 	QueueClaim  = script("queue_handover", "queue_claim")
 	QueueTake   = script("queue_handover", "queue_take")
+	QueueHanded = redis.NewScript(src("queue_handed"))
 	QueueUntake = script("queue_untake")
 	// A worker's heartbeat and the recovery of a dead one's jobs.
 	QueueAlive     = script("queue_alive")
