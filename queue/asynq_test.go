@@ -101,4 +101,3 @@ func TestAsynqReadsHandedOverTasks(t *testing.T) {
 		}
 	})
 }
-

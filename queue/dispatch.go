@@ -138,6 +138,9 @@ func (s *Server) handOver(ctx context.Context, k keys, entries []any) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	// A shutdown does not abandon a batch taken: it is written whole, or
+	// until Redis fails to answer.
+	ctx = context.WithoutCancel(ctx)
 	done := make([]any, 0, 2*len(entries))
 	var failed error
 	for _, e := range entries {
@@ -152,7 +155,7 @@ func (s *Server) handOver(ctx context.Context, k keys, entries []any) error {
 		done = append(done, it, cmp.Or(h.class, defaultClass))
 	}
 	if len(done) > 0 {
-		if err := scripts.QueueHanded.Run(context.WithoutCancel(ctx), s.client, []string{k.handing, k.meta, k.cdepth}, done...).Err(); err != nil {
+		if err := scripts.QueueHanded.Run(ctx, s.client, []string{k.handing, k.meta, k.cdepth}, done...).Err(); err != nil {
 			// The tasks are in asynq; a later claim takes their entries
 			// again, and finds them there.
 			return fmt.Errorf("sluice: clearing %d jobs handed to asynq: %w", len(done)/2, err)
