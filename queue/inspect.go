@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -131,14 +132,18 @@ type JobInfo struct {
 
 // InspectorConfig configures an Inspector.
 type InspectorConfig struct {
-	// Config names the waiting room (Queue, Prefix, Shards).
-	Config
+	// Queue, Prefix and Shards name the waiting room, as the producers'
+	// Config does (the same defaults).
+	Queue  string
+	Prefix string
+	Shards int
 	// Throttle, with Downstreams, lets the Inspector read a job's
 	// downstream's bucket, pause and leases (throttle.State); nil: it
 	// says only what the waiting room holds.
 	Throttle *throttle.Throttle
 	// Downstreams returns the throttling of a downstream by name.
 	Downstreams func(name string) (Downstream, bool)
+	clock       func() time.Time // tests'
 }
 
 // Inspector answers, for one job, where it is, why it waits and until
@@ -180,10 +185,11 @@ func NewInspector(client redis.UniversalClient, cfg *InspectorConfig) (*Inspecto
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Bound = max(c.Bound, int64(max(c.Shards, 1))) // the producers' business
-	if err := c.Config.fill(); err != nil {
+	room := Config{Queue: c.Queue, Prefix: c.Prefix, Shards: c.Shards, Bound: math.MaxInt64, clock: c.clock}
+	if err := room.fill(); err != nil {
 		return nil, err
 	}
+	c.Queue, c.Prefix, c.Shards = room.Queue, room.Prefix, room.Shards
 	return &Inspector{client: client, cfg: c, shards: newShards(c.Prefix, c.Queue, c.Shards), asynq: asynq.NewInspectorFromRedisClient(client)}, nil
 }
 

@@ -57,7 +57,7 @@ func BenchmarkInspector100k(b *testing.B) {
 	recs, _ := client.MemoryUsage(ctx, k.jobs, 0).Result()
 	list, _ := client.MemoryUsage(ctx, k.tenantPrefix+"=acme", 0).Result()
 	b.Logf("MEMORY USAGE: the jobs hash %d B (%.0f B a job), the tenant's list %d B (%.0f B a job)", recs, float64(recs)/n, list, float64(list)/n)
-	in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+	in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 	if err != nil {
 		b.Fatal(err)
 	}

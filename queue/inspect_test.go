@@ -62,7 +62,7 @@ func TestInspectorFindsListsAndEdits(t *testing.T) {
 		if _, err := p.Enqueue(ctx, Job{ID: "j0", Tenant: "other", Type: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,7 +190,7 @@ func TestInspectorNamesTheBucket(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		in, err := NewInspector(client, &InspectorConfig{Config: cfg, Throttle: th,
+		in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock, Throttle: th,
 			Downstreams: func(name string) (Downstream, bool) { return d, name == "api" }})
 		if err != nil {
 			t.Fatal(err)
@@ -235,7 +235,7 @@ func TestInspectorForgetsCompletedJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +282,7 @@ func TestInspectorFollowsAsynq(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +340,7 @@ func TestInspectorShards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in, err := NewInspector(client, &InspectorConfig{Config: cfg})
+		in, err := NewInspector(client, &InspectorConfig{Queue: cfg.Queue, Prefix: cfg.Prefix, Shards: cfg.Shards, clock: cfg.clock})
 		if err != nil {
 			t.Fatal(err)
 		}

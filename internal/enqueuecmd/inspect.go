@@ -112,7 +112,8 @@ func inspectMain(ctx context.Context, args []string, o options, stdout, stderr i
 		return bad(err)
 	}
 	defer th.Close()
-	in, err := queue.NewInspector(client, &queue.InspectorConfig{Config: cfg.QueueConfig(), Throttle: th,
+	qcfg := cfg.QueueConfig()
+	in, err := queue.NewInspector(client, &queue.InspectorConfig{Queue: qcfg.Queue, Prefix: qcfg.Prefix, Shards: qcfg.Shards, Throttle: th,
 		Downstreams: func(name string) (queue.Downstream, bool) { d, ok := cfg.Downstreams[name]; return d, ok }})
 	if err != nil {
 		return bad(err)

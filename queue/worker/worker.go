@@ -427,7 +427,7 @@ func (w *Worker) start(ctx context.Context) (err error) {
 		}
 	}
 	mux.Handle("/enqueue", enqueue)
-	in, err := queue.NewInspector(client, &queue.InspectorConfig{Config: qc, Throttle: w.th, Downstreams: func(name string) (queue.Downstream, bool) {
+	in, err := queue.NewInspector(client, &queue.InspectorConfig{Queue: qc.Queue, Prefix: qc.Prefix, Shards: qc.Shards, Throttle: w.th, Downstreams: func(name string) (queue.Downstream, bool) {
 		d, ok := w.state.Load().bound[name]
 		return d, ok
 	}})
