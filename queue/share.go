@@ -30,10 +30,10 @@ const shareHold = time.Second
 // up to handOverHorizon for the slot included), and keeps a slow or
 // hanging key from holding those the others need (docs/queue.md, A key's
 // share). A key holds its share when share of its jobs have run for
-// longer than hold; then a job of it starts only on a goroutine that
-// leaves share of them free while another key is active (a job of it
-// runs, or came to this process in the last shareActive), and one free
-// while none is. So a job of another key finds a goroutine, while keys of
+// longer than hold; then no further job of it starts while another key
+// is active (a job of it runs, or came to this process in the last
+// shareActive), and while none is, one starts only on a goroutine that
+// leaves one free. So a job of another key finds a goroutine, while keys of
 // quick calls, and one key alone, use all of them. A job refused a
 // goroutine goes back to the waiting room; its tenant sleeps for at most
 // recheck and is woken when a goroutine of this process frees, one tenant
@@ -86,8 +86,8 @@ func (g *shares) enter(key string, now time.Time) bool {
 }
 
 // allows reports whether one more job of key may start: key does not
-// hold its share, or starting leaves share goroutines free while another
-// key is active, one while none is. Callers hold g.mu.
+// hold its share, or no other key is active and starting leaves one
+// goroutine free. Callers hold g.mu.
 func (g *shares) allows(key string, now time.Time) bool {
 	held := 0
 	for _, at := range g.running[key] {
@@ -102,11 +102,10 @@ func (g *shares) allows(key string, now time.Time) bool {
 	if key != g.last {
 		other = g.lastAt
 	}
-	keep := 1
 	if g.all > len(g.running[key]) || now.Sub(other) < shareActive {
-		keep = g.share
+		return false // another key is active: this one keeps to its share
 	}
-	return g.concurrency-g.all-1 >= keep
+	return g.concurrency-g.all-1 >= 1
 }
 
 // exit counts the job of key that entered at began as ended.

@@ -59,6 +59,26 @@ func TestSharesGate(t *testing.T) {
 	if !g.enter("", t2) || g.all != 9 {
 		t.Fatalf("a job of no downstream: all = %d, want 9", g.all)
 	}
+
+	// A slow key at its share takes no more goroutines while another key
+	// has work, however many are free: 10 goroutines, s holding 2 for
+	// over a second, f running 1, 7 free.
+	g = newShares(DefaultKeyShare(10), 10, time.Second)
+	g.enter("s", t0)
+	g.enter("s", t0)
+	if !g.enter("f", t1) {
+		t.Fatal("f refused a goroutine")
+	}
+	if g.enter("s", t1) {
+		t.Fatalf("s, at its share of 2, took a third goroutine while f runs (running %v)", g.running)
+	}
+	g.exit("f", t1)
+	if g.enter("s", t1) {
+		t.Fatal("s took a third goroutine with f active a moment ago")
+	}
+	if !g.enter("s", t2) {
+		t.Fatal("s alone, f idle for 2 s, refused one of 8 free goroutines")
+	}
 }
 
 // TestSharesLine: a tenant put back joins its key's line once, a
