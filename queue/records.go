@@ -13,21 +13,13 @@ import (
 
 // The jobs hash's records (queue_enqueue.lua writes one per accepted job)
 // tell the Inspector where a job is. The worker keeps them true: a job put
-// back takes its new task id (retask), and a job that completed is
-// forgotten, in batches, so that the records cost a worker no round trip
+// back takes its new task id in the put-back's own script
+// (queue_untake.lua), and a job that completed is forgotten, in batches, so that the records cost a worker no round trip
 // per job.
 
 // handOver is what a job's record keeps of its task id,
 // <nonce>:<moves>: the rest is the record's field, the scoped id.
 func (j *Job) handOver() string { return j.nonce + ":" + strconv.Itoa(j.moves) }
-
-// retask points job's record at its new task id, after a put-back.
-func (s *Server) retask(ctx context.Context, job *Job) {
-	k := s.shards.of(job.tenantEnc)
-	if err := scripts.QueueRecord.Run(context.WithoutCancel(ctx), s.client, []string{k.jobs, k.ldepth}, "retask", k.tenantPrefix, job.ScopedID(), job.handOver()).Err(); err != nil {
-		s.log.Warn("sluice: updating a put-back job's record for the inspector", "job", job.ID, "err", err)
-	}
-}
 
 // forgetBatch is the most records one forget script deletes.
 const forgetBatch = 256

@@ -689,13 +689,13 @@ func (s *Server) putBack(ctx context.Context, t *asynq.Task, job *Job, d time.Du
 		return err
 	}
 	if err := scripts.QueueUntake.Run(context.WithoutCancel(ctx), s.client,
-		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full, k.held},
-		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), record, sleepText(job.Tenant, reason), mark, sooner, hold).Err(); err != nil {
+		[]string{list, k.ring, k.members, k.sleep, k.meta, k.cdepth, k.ids, k.why, k.full, k.held, k.jobs},
+		item, enc, int64(d/time.Microsecond), s.cfg.now(), job.Class(), record, sleepText(job.Tenant, reason), mark, sooner, hold,
+		job.ScopedID(), job.handOver()).Err(); err != nil {
 		// Could not put it back: let asynq retry it instead (no failure
 		// counted); it is not lost.
 		return fmt.Errorf("%w: putting job back: %v", errNotFailure, err)
 	}
-	s.retask(ctx, job)
 	s.metrics.putBackSeconds.WithLabelValues(job.Class()).Add(d.Seconds())
 	if w := t.ResultWriter(); w != nil {
 		fmt.Fprintf(w, "%s: back in sluice's waiting room for %v (no retry spent)", reason, d.Round(time.Millisecond))

@@ -13,7 +13,8 @@
 --          waiting jobs (the default class is not counted), 7 ids hash,
 --          8 why each tenant sleeps (hash: tenant -> tenant id TAB
 --          reason, for Stats), 9 full set (throttle key -> until, µs),
---          10 held ids
+--          10 held ids, 11 jobs hash (the Inspector's records: see
+--          queue_record.lua)
 -- ARGV     1 the job's entry to put back (queue.Job.item), 2 tenant
 --          (encoded), 3 sleep (µs, 0: none), 4 now in µs or "" for TIME,
 --          5 the job's metrics class, 6 scoped job id
@@ -22,7 +23,11 @@
 --          the throttle key to mark full for the sleep ("": none), 9
 --          "1" when a tenant asleep already keeps the sooner of its two
 --          wake times (else the later), 10 the scoped id whose hold
---          ends ("": the job holds none)
+--          ends ("": the job holds none), 11 the job's scoped id, under
+--          which its record is kept, 12 its new hand-over
+--          (<nonce>:<moves>): a record of the same job (the same nonce)
+--          takes it, keeping its sequence and due time, as
+--          queue_record.lua's "retask" does
 -- Uses     prelude.lua (int, clock)
 -- Returns  1
 local now = clock(ARGV[4])
@@ -31,6 +36,14 @@ if ARGV[6] ~= '' then redis.call('HINCRBY', KEYS[7], ARGV[6], 1) end
 if ARGV[10] ~= '' then redis.call('ZREM', KEYS[10], ARGV[10]) end
 if ARGV[5] ~= 'default' then redis.call('HINCRBY', KEYS[6], ARGV[5], 1) end
 redis.call('LPUSH', KEYS[1], ARGV[1])
+local rec = redis.call('HGET', KEYS[11], ARGV[11])
+if rec then
+  local sp = string.find(rec, ' ', 1, true)
+  local function nonce(hand) return string.match(hand, '^([^:]*):') end
+  if sp and nonce(string.sub(rec, 1, sp - 1)) == nonce(ARGV[12]) then
+    redis.call('HSET', KEYS[11], ARGV[11], ARGV[12] .. string.sub(rec, sp))
+  end
+end
 local sleep = tonumber(ARGV[3])
 if sleep > 0 then redis.call('HSET', KEYS[8], ARGV[2], ARGV[7]) end
 if sleep > 0 and ARGV[8] ~= '' then
