@@ -110,11 +110,7 @@ func Reschedule(d time.Duration, reason string) error {
 // (a 429, or a 503: the built-in HTTP job returns it for those). A job
 // refused its downstream's MaxRefusals times (DefaultMaxRefusals unless
 // the policy says) is archived instead, with an error wrapping
-// ErrRefusedTooOften, so that a call that is always refused ends. The
-// job's first refusal also pauses its throttle key fleet-wide for d (at
-// most 10 minutes), as the built-in HTTP job's Transport does on a 429:
-// a handler of the program's own that returns Refused on its API's 429
-// stops the whole fleet's calls of that key, not only its own job.
+// ErrRefusedTooOften, so that a call that is always refused ends.
 func Refused(d time.Duration, reason string) error {
 	return &RescheduleError{After: d, Reason: reason, Refused: true}
 }

@@ -503,13 +503,9 @@ func (s *Server) outcome(ctx context.Context, r *run, err error) error {
 		}
 		m := ""
 		if re.Refused && job.refused == 1 {
-			// The fleet pauses on the key for the refusal's time (a
-			// handler of the user's own gets what the built-in job's
-			// Transport does; Pause keeps the later end, so a pause the
-			// Transport set already is not doubled). A job refused again
+			// The fleet is paused on the key. A job refused again
 			// waits alone (downstream.WithOwnPause), so that one call
 			// that is always refused costs the others one pause.
-			s.pauseKey(ctx, r, re.After)
 			m = r.key
 		}
 		return s.putBack(ctx, r.t, job, re.After, "rescheduled: "+re.Reason, m, false)
@@ -526,22 +522,6 @@ func (s *Server) outcome(ctx context.Context, r *run, err error) error {
 		return Permanent(err) // the last run the job's MaxRetry allows (see item)
 	}
 	return err // nil, asynq.SkipRetry (Permanent) or a failure to retry
-}
-
-// maxRefusalPause caps the fleet-wide pause a handler's Refused sets, as
-// downstream.DefaultMaxPause caps the Transport's.
-const maxRefusalPause = 10 * time.Minute
-
-// pauseKey pauses r's throttle key fleet-wide for d after its downstream
-// refused the job (Refused). A failure is logged: the job is put back
-// for d all the same.
-func (s *Server) pauseKey(ctx context.Context, r *run, d time.Duration) {
-	if !r.paced || d <= 0 {
-		return
-	}
-	if _, err := s.cfg.Throttle.Pause(context.WithoutCancel(ctx), r.key, r.d.Limit, min(d, maxRefusalPause)); err != nil {
-		s.log.Warn("sluice: pausing a downstream after a refusal failed", "downstream", r.job.Downstream, "err", err)
-	}
 }
 
 // release ends the hold of a job's id, which it has from its hand-over
